@@ -1,0 +1,143 @@
+"""The versioned JSON wire codec, with images inline (base64) or by reference (sha256 only)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from pydantic import BaseModel, ValidationError
+
+from bus.messages import KINDS, MESSAGE_ADAPTER, WIRE_VERSION, ImagePart, Message
+
+CONTENT_TYPE = "application/vnd.parley+json"
+DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+
+
+class CodecError(ValueError):
+    """A payload that cannot become a message; ``reason`` is a short machine-readable tag."""
+
+    reason = "malformed"
+
+
+class MalformedPayload(CodecError):
+    """Not JSON, or JSON that does not fit the message schema."""
+
+
+class UnknownKind(CodecError):
+    """A ``kind`` this version of parley does not know."""
+
+    reason = "unknown_kind"
+
+
+class UnsupportedVersion(CodecError):
+    """A wire version other than the one this codec speaks."""
+
+    reason = "wrong_version"
+
+
+class PayloadTooLarge(CodecError):
+    """A payload over the size limit."""
+
+    reason = "too_large"
+
+
+class MissingImage(CodecError):
+    """An image sent by reference that the receiver's store does not hold."""
+
+    reason = "missing_image"
+
+
+def encode(
+    message: BaseModel,
+    *,
+    inline_images: bool = True,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> bytes:
+    """Serialise a message; with ``inline_images=False`` image bytes are left out."""
+    if inline_images:
+        payload = message.model_dump_json().encode()
+    else:
+        payload = _strip_images(message).model_dump_json().encode()
+    if len(payload) > max_bytes:
+        raise PayloadTooLarge(f"encoded message is {len(payload)} bytes; the limit is {max_bytes}")
+    return payload
+
+
+def decode(
+    payload: bytes | str,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    resolve_image: Callable[[str], bytes | None] | None = None,
+) -> Message:
+    """Parse a payload into a message, or raise a :class:`CodecError` saying why not.
+
+    ``resolve_image`` fills in images that were sent by reference.
+    """
+    if len(payload) > max_bytes:
+        raise PayloadTooLarge(f"payload is {len(payload)} bytes; the limit is {max_bytes}")
+    try:
+        message = MESSAGE_ADAPTER.validate_json(payload)
+    except ValidationError as exc:
+        raise _explain(payload, exc) from None
+    if resolve_image is not None:
+        message = _resolve_images(message, resolve_image)
+    return message
+
+
+def _explain(payload: bytes | str, exc: ValidationError) -> CodecError:
+    try:
+        raw = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as err:
+        return MalformedPayload(f"payload is not JSON: {err}")
+    if not isinstance(raw, dict):
+        return MalformedPayload(f"payload is JSON {type(raw).__name__}, expected an object")
+    if raw.get("v", WIRE_VERSION) != WIRE_VERSION:
+        return UnsupportedVersion(
+            f"wire version {raw.get('v')!r}; this parley speaks version {WIRE_VERSION}"
+        )
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        return UnknownKind(f"unknown message kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}")
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"][1:]) or "message"
+    return MalformedPayload(f"{kind} message: {where}: {first['msg']}")
+
+
+def _map_images(message: BaseModel, fn: Callable[[ImagePart], ImagePart]) -> BaseModel:
+    """A copy of ``message`` with ``fn`` applied to every image part (untouched when none)."""
+
+    def walk(value: object) -> object:
+        if isinstance(value, ImagePart):
+            return fn(value)
+        if isinstance(value, BaseModel):
+            changes = {}
+            for name in type(value).model_fields:
+                old = getattr(value, name)
+                new = walk(old)
+                if new is not old:
+                    changes[name] = new
+            return value.model_copy(update=changes) if changes else value
+        if isinstance(value, list):
+            items = [walk(v) for v in value]
+            return items if any(a is not b for a, b in zip(items, value, strict=True)) else value
+        return value
+
+    return walk(message)  # type: ignore[return-value]
+
+
+def _strip_images(message: BaseModel) -> BaseModel:
+    return _map_images(message, ImagePart.by_reference)
+
+
+def _resolve_images(message: Message, resolve: Callable[[str], bytes | None]) -> Message:
+    def fill(image: ImagePart) -> ImagePart:
+        if image.data is not None:
+            return image
+        data = resolve(image.sha256)
+        if data is None:
+            raise MissingImage(f"image {image.sha256} was sent by reference and is not in the store")
+        return ImagePart(
+            sha256=image.sha256, media_type=image.media_type, size=image.size, data=data
+        )
+
+    return _map_images(message, fill)  # type: ignore[return-value]

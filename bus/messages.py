@@ -1,0 +1,266 @@
+"""Typed bus messages: one envelope, content parts, and a discriminated union on ``kind``."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import uuid
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+
+
+def new_id() -> str:
+    """A fresh message id (32 hex characters)."""
+    return uuid.uuid4().hex
+
+
+class Visibility(StrEnum):
+    """Who may see a transcript event: one role, the roles of the episode, or anyone watching."""
+
+    PRIVATE = "private"
+    SHARED = "shared"
+    PUBLIC = "public"
+
+
+class Outcome(StrEnum):
+    """How an episode ended (clembench's three plus the runtime's own two)."""
+
+    SUCCESS = "success"
+    LOST = "lost"
+    ABORTED = "aborted"
+    ERROR = "error"
+    CANCELLED = "cancelled"
+
+
+class TextPart(BaseModel):
+    """A piece of text content."""
+
+    model_config = ConfigDict(frozen=True)
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImagePart(BaseModel):
+    """An image addressed by the sha256 of its bytes; ``data`` may be absent (sent by reference)."""
+
+    model_config = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64")
+    type: Literal["image"] = "image"
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    media_type: str = "image/png"
+    size: int = Field(ge=0)
+    data: bytes | None = Field(default=None, repr=False)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, media_type: str = "image/png") -> ImagePart:
+        return cls(
+            sha256=hashlib.sha256(data).hexdigest(),
+            media_type=media_type,
+            size=len(data),
+            data=data,
+        )
+
+    @model_validator(mode="after")
+    def _check_data(self) -> ImagePart:
+        if self.data is not None:
+            if len(self.data) != self.size:
+                raise ValueError(f"image size {self.size} does not match {len(self.data)} bytes")
+            if hashlib.sha256(self.data).hexdigest() != self.sha256:
+                raise ValueError("image bytes do not match their sha256")
+        return self
+
+    def by_reference(self) -> ImagePart:
+        """The same image without its bytes."""
+        return self if self.data is None else self.model_copy(update={"data": None})
+
+
+Part = Annotated[TextPart | ImagePart, Field(discriminator="type")]
+
+
+def text_of(parts: list[TextPart | ImagePart]) -> str:
+    """The text parts joined by blank lines."""
+    return "\n\n".join(p.text for p in parts if isinstance(p, TextPart))
+
+
+class Usage(BaseModel):
+    """Token usage of one model call; ``source`` says whether a backend reported it or it was counted."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    source: Literal["backend", "counted"] = "backend"
+
+
+WIRE_VERSION = 1
+
+
+class Envelope(BaseModel):
+    """Fields every message carries; ``v`` is the wire version."""
+
+    model_config = ConfigDict(extra="forbid")
+    v: Literal[1] = 1
+    id: str = Field(default_factory=new_id)
+    run: str
+    episode: str = ""
+    sender: str
+    recipient: str = ""
+    turn: int = 0
+    sent_at: float = Field(default_factory=time.time)
+    traceparent: str | None = None
+
+
+class Utterance(BaseModel):
+    """A message one role addressed to another, as it arrives in the recipient's turn."""
+
+    sender: str
+    content: list[Part]
+
+
+class PromptMessage(BaseModel):
+    """One chat message of an assembled prompt, images by reference; recorded to prove who saw what."""
+
+    role: Literal["system", "user", "assistant"]
+    content: list[Part]
+
+
+class TurnRequest(Envelope):
+    """Game master → agent: it is this role's turn.
+
+    ``system`` comes with the first request of an episode; ``observation`` replaces the agent's
+    working memory; ``incoming`` is what other roles said to it since its last turn (episodic
+    memory); ``view`` is a machine-readable copy of what the role may see, for scripted players.
+    """
+
+    kind: Literal["turn_request"] = "turn_request"
+    role: str
+    system: str | None = None
+    observation: list[Part] = Field(default_factory=list)
+    feedback: str | None = None
+    incoming: list[Utterance] = Field(default_factory=list)
+    legal_actions: list[str] = Field(default_factory=list)
+    view: dict[str, Any] | None = None
+    deadline: float | None = None
+
+
+class TurnResponse(Envelope):
+    """Agent → game master: the reply text, with what it cost and the prompt that produced it."""
+
+    kind: Literal["turn_response"] = "turn_response"
+    role: str
+    text: str
+    model: str = ""
+    usage: Usage | None = None
+    latency_s: float = 0.0
+    raw: dict[str, Any] | None = None
+    prompt: list[PromptMessage] | None = None
+    calls: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class TranscriptEvent(Envelope):
+    """Game master → observers: who said or did what, to whom, and who may see it."""
+
+    kind: Literal["transcript_event"] = "transcript_event"
+    event: Literal["utterance", "action", "violation", "feedback", "note", "prompt"]
+    from_role: str
+    to_role: str = ""
+    visibility: Visibility = Visibility.SHARED
+    content: list[Part] = Field(default_factory=list)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class StateUpdate(Envelope):
+    """Game master → dashboards: the environment as an image and text."""
+
+    kind: Literal["state_update"] = "state_update"
+    content: list[Part] = Field(default_factory=list)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class EpisodeStarted(Envelope):
+    """An episode began."""
+
+    kind: Literal["episode_started"] = "episode_started"
+    game: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+
+
+class EpisodeFinished(Envelope):
+    """An episode ended, with its outcome and scores."""
+
+    kind: Literal["episode_finished"] = "episode_finished"
+    game: str
+    outcome: Outcome
+    scores: dict[str, float | None] = Field(default_factory=dict)
+    turns: int = 0
+    reason: str = ""
+
+
+class Control(Envelope):
+    """Pause, resume or abort an episode or a run."""
+
+    kind: Literal["control"] = "control"
+    command: Literal["pause", "resume", "abort"]
+    reason: str = ""
+
+
+class Job(Envelope):
+    """Coordinator → workers: play this episode."""
+
+    kind: Literal["job"] = "job"
+    spec: dict[str, Any]
+    attempt: int = 1
+
+
+class JobResult(Envelope):
+    """Worker → coordinator: the finished episode's record."""
+
+    kind: Literal["job_result"] = "job_result"
+    record: dict[str, Any]
+
+
+Message = Annotated[
+    TurnRequest
+    | TurnResponse
+    | TranscriptEvent
+    | StateUpdate
+    | EpisodeStarted
+    | EpisodeFinished
+    | Control
+    | Job
+    | JobResult,
+    Field(discriminator="kind"),
+]
+
+MESSAGE_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+KINDS: frozenset[str] = frozenset(
+    cls.model_fields["kind"].default
+    for cls in (
+        TurnRequest,
+        TurnResponse,
+        TranscriptEvent,
+        StateUpdate,
+        EpisodeStarted,
+        EpisodeFinished,
+        Control,
+        Job,
+        JobResult,
+    )
+)
+
+
+def images_in(message: BaseModel) -> list[ImagePart]:
+    """Every image part anywhere in a message."""
+    found: list[ImagePart] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, ImagePart):
+            found.append(value)
+        elif isinstance(value, BaseModel):
+            for name in type(value).model_fields:
+                walk(getattr(value, name))
+        elif isinstance(value, list | tuple):
+            for item in value:
+                walk(item)
+
+    walk(message)
+    return found

@@ -1,0 +1,134 @@
+"""The topic scheme ``parley/{run}/{episode}/...`` and MQTT topic-filter matching."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+
+ROOT = "parley"
+_ID = re.compile(r"^[A-Za-z0-9_.:@=-]{1,128}$")
+CHANNELS = ("agent", "gm", "events", "state")
+
+
+class TopicError(ValueError):
+    """A topic, filter or id that breaks the scheme."""
+
+
+def check_id(value: str, what: str = "id") -> str:
+    """An id that is safe as one topic level: letters, digits and ``_ . : @ = -``, 1–128 long."""
+    if not isinstance(value, str) or not _ID.match(value):
+        raise TopicError(
+            f"{what} {value!r} cannot be a topic level: use 1-128 of letters, digits and _.:@=-"
+        )
+    return value
+
+
+def check_topic(topic: str) -> str:
+    """A topic one may publish to: no wildcards, no empty levels, no leading ``$``."""
+    if not topic:
+        raise TopicError("empty topic")
+    if "+" in topic or "#" in topic:
+        raise TopicError(f"topic {topic!r} has a wildcard; only subscriptions may use + and #")
+    if "" in topic.split("/"):
+        raise TopicError(f"topic {topic!r} has an empty level")
+    if topic.startswith("$"):
+        raise TopicError(f"topic {topic!r} starts with $, which brokers reserve")
+    if "\x00" in topic or len(topic.encode()) > 65535:
+        raise TopicError("topic has a NUL character or is longer than 65535 bytes")
+    return topic
+
+
+def check_filter(topic_filter: str) -> str:
+    """A well-formed MQTT filter: ``+`` fills a whole level, ``#`` only as the last level."""
+    if not topic_filter:
+        raise TopicError("empty topic filter")
+    levels = topic_filter.split("/")
+    for i, level in enumerate(levels):
+        if "#" in level and (level != "#" or i != len(levels) - 1):
+            raise TopicError(f"filter {topic_filter!r}: # must be a whole, last level")
+        if "+" in level and level != "+":
+            raise TopicError(f"filter {topic_filter!r}: + must fill a whole level")
+    return topic_filter
+
+
+def is_wildcard(topic_filter: str) -> bool:
+    return "+" in topic_filter or "#" in topic_filter
+
+
+@lru_cache(maxsize=4096)
+def _filter_levels(topic_filter: str) -> tuple[str, ...]:
+    return tuple(topic_filter.split("/"))
+
+
+def matches(topic_filter: str, topic: str) -> bool:
+    """MQTT matching: ``+`` one level, ``#`` this level and all below (including none)."""
+    if not is_wildcard(topic_filter):
+        return topic_filter == topic
+    pattern = _filter_levels(topic_filter)
+    levels = topic.split("/")
+    # Wildcards at the first level do not match topics beginning with $ (MQTT 4.7.2).
+    if topic.startswith("$") and pattern[0] in ("+", "#"):
+        return False
+    for i, want in enumerate(pattern):
+        if want == "#":
+            return True
+        if i >= len(levels):
+            return False
+        if want != "+" and want != levels[i]:
+            return False
+    return len(levels) == len(pattern)
+
+
+def agent_inbox(run: str, episode: str, role: str) -> str:
+    return f"{ROOT}/{run}/{episode}/agent/{role}"
+
+
+def gm_inbox(run: str, episode: str) -> str:
+    return f"{ROOT}/{run}/{episode}/gm"
+
+
+def events(run: str, episode: str) -> str:
+    return f"{ROOT}/{run}/{episode}/events"
+
+
+def state(run: str, episode: str) -> str:
+    return f"{ROOT}/{run}/{episode}/state"
+
+
+def results(run: str) -> str:
+    return f"{ROOT}/{run}/results"
+
+
+def jobs(run: str) -> str:
+    return f"{ROOT}/{run}/jobs"
+
+
+def all_events(run: str) -> str:
+    """Filter for the events of every episode of a run."""
+    return f"{ROOT}/{run}/+/events"
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    """A parsed parley topic."""
+
+    run: str
+    episode: str | None
+    channel: str
+    role: str | None = None
+
+
+def parse(topic: str) -> Topic:
+    """Split a parley topic into its parts, or raise :class:`TopicError`."""
+    levels = topic.split("/")
+    if len(levels) < 3 or levels[0] != ROOT:
+        raise TopicError(f"{topic!r} is not a parley topic (parley/<run>/...)")
+    run = levels[1]
+    if len(levels) == 3 and levels[2] in ("results", "jobs"):
+        return Topic(run=run, episode=None, channel=levels[2])
+    if len(levels) == 4 and levels[3] in ("gm", "events", "state"):
+        return Topic(run=run, episode=levels[2], channel=levels[3])
+    if len(levels) == 5 and levels[3] == "agent":
+        return Topic(run=run, episode=levels[2], channel="agent", role=levels[4])
+    raise TopicError(f"{topic!r} does not follow parley/<run>/<episode>/<channel>")
