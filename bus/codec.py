@@ -97,7 +97,9 @@ def _explain(payload: bytes | str, exc: ValidationError) -> CodecError:
         )
     kind = raw.get("kind")
     if kind not in KINDS:
-        return UnknownKind(f"unknown message kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}")
+        return UnknownKind(
+            f"unknown message kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}"
+        )
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"][1:]) or "message"
     return MalformedPayload(f"{kind} message: {where}: {first['msg']}")
@@ -135,7 +137,9 @@ def _resolve_images(message: Message, resolve: Callable[[str], bytes | None]) ->
             return image
         data = resolve(image.sha256)
         if data is None:
-            raise MissingImage(f"image {image.sha256} was sent by reference and is not in the store")
+            raise MissingImage(
+                f"image {image.sha256} was sent by reference and is not in the store"
+            )
         return ImagePart(
             sha256=image.sha256, media_type=image.media_type, size=image.size, data=data
         )

@@ -1,0 +1,254 @@
+"""The pure, synchronous contracts every game implements: environment, game master, player view.
+
+Nothing here knows the bus, a model or an agent. A game master holds a game's dialogue
+protocol (whose turn, what each role sees, how a reply is parsed, limits, when it ends) and
+reports what happened as :class:`Event` records; the runtime turns those into bus messages.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+Outcome = Literal["success", "lost", "aborted"]
+Visibility = Literal["private", "shared", "public"]
+
+
+@dataclass
+class Observation:
+    """What a role sees now: text, PNG images, and a machine-readable copy of the same for
+    scripted players (``data`` must hold nothing the text and images do not show)."""
+
+    text: str = ""
+    images: list[bytes] = field(default_factory=list)
+    data: dict[str, Any] | None = None
+
+
+@dataclass
+class StepResult:
+    """The result of one action: feedback for the acting role, whether it was a mistake, and
+    the partial progress (0–1) after it."""
+
+    feedback: str
+    mistake: bool = False
+    progress: float = 0.0
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """Seeded game logic: reset, observe, act, score. Pure and synchronous."""
+
+    def reset(self, instance: dict[str, Any]) -> None: ...
+    def observe(self, role: str) -> Observation: ...
+    def legal_actions(self, role: str) -> list[str]: ...
+    def step(self, role: str, action: str) -> StepResult: ...
+    @property
+    def done(self) -> bool: ...
+    @property
+    def outcome(self) -> Outcome | None: ...
+    def score(self) -> dict[str, float | None]: ...
+
+
+@dataclass
+class Event:
+    """Something that happened in an episode, for the transcript.
+
+    ``kind``: ``utterance`` (one role to another), ``action`` (a role acted on the environment;
+    ``data`` holds action, mistake, progress), ``feedback`` (environment → a role), ``violation``
+    (a reply broke the format or rules), ``note`` (game-master bookkeeping).
+    """
+
+    kind: Literal["utterance", "action", "violation", "feedback", "note"]
+    role: str
+    to: str = ""
+    text: str = ""
+    visibility: Visibility = "shared"
+    images: list[bytes] = field(default_factory=list)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Message:
+    """An utterance waiting in a role's inbox until its next turn."""
+
+    sender: str
+    text: str
+    images: list[bytes] = field(default_factory=list)
+
+
+@dataclass
+class Turn:
+    """The game master asks ``role`` to reply, giving it what it may see."""
+
+    role: str
+    observation: Observation
+    feedback: str | None = None
+    incoming: list[Message] = field(default_factory=list)
+    legal_actions: list[str] = field(default_factory=list)
+
+
+class GameMaster(ABC):
+    """A game's dialogue protocol. Subclasses implement the abstract methods and report with
+    :meth:`say`, :meth:`give_feedback`, :meth:`record_action`, :meth:`violation`, :meth:`end`.
+
+    The runtime calls :meth:`next_turn`, sends the turn to the role's agent, and passes the reply
+    to :meth:`on_reply`; :attr:`events` collects what happened since the runtime last drained it.
+    """
+
+    roles: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, instance: dict[str, Any], settings: dict[str, Any] | None = None) -> None:
+        self.instance = instance
+        self.settings = dict(settings or {})
+        self.events: list[Event] = []
+        self.outcome: Outcome | None = None
+        self.reason = ""
+        self.replies = 0
+        self._inbox: dict[str, list[Message]] = {role: [] for role in self.roles}
+        self._feedback: dict[str, str | None] = dict.fromkeys(self.roles)
+
+    # --- what a game defines -------------------------------------------------------------
+
+    @abstractmethod
+    def system_prompt(self, role: str) -> str:
+        """The role's standing instructions (sent with its first turn)."""
+
+    @abstractmethod
+    def whose_turn(self) -> str | None:
+        """The role to reply next, or None when the episode is over."""
+
+    @abstractmethod
+    def observe(self, role: str) -> Observation:
+        """What ``role`` sees now."""
+
+    @abstractmethod
+    def handle_reply(self, role: str, text: str) -> None:
+        """Parse and apply one reply; report through the event helpers, :meth:`end` when done."""
+
+    @abstractmethod
+    def scores(self) -> dict[str, float | None]:
+        """Episode scores; clembench's convention: the main score is NaN/None when aborted."""
+
+    def legal_actions(self, role: str) -> list[str]:
+        """Actions ``role`` may name now (empty for pure dialogue turns)."""
+        return []
+
+    def private_facts(self, role: str) -> dict[str, str]:
+        """Facts ``role`` holds that it must not disclose (for leak analysis)."""
+        return {}
+
+    # --- driven by the runtime -----------------------------------------------------------
+
+    def next_turn(self) -> Turn | None:
+        """The next request, with the role's pending messages and feedback; None when over."""
+        if self.outcome is not None:
+            return None
+        role = self.whose_turn()
+        if role is None:
+            if self.outcome is None:
+                self.end("lost", "the game master had no next turn")
+            return None
+        incoming, self._inbox[role] = self._inbox[role], []
+        feedback, self._feedback[role] = self._feedback[role], None
+        return Turn(
+            role=role,
+            observation=self.observe(role),
+            feedback=feedback,
+            incoming=incoming,
+            legal_actions=self.legal_actions(role),
+        )
+
+    def on_reply(self, role: str, text: str) -> None:
+        """Take one reply from ``role``."""
+        self.replies += 1
+        self.handle_reply(role, text)
+
+    def drain_events(self) -> list[Event]:
+        events, self.events = self.events, []
+        return events
+
+    @property
+    def done(self) -> bool:
+        return self.outcome is not None
+
+    # --- reporting helpers for subclasses ------------------------------------------------
+
+    def say(
+        self, sender: str, recipient: str, text: str, images: list[bytes] | None = None
+    ) -> None:
+        """Route an utterance to ``recipient``'s next turn."""
+        self._inbox[recipient].append(Message(sender, text, list(images or [])))
+        self.events.append(
+            Event("utterance", sender, recipient, text, "shared", list(images or []))
+        )
+
+    def give_feedback(self, role: str, text: str) -> None:
+        """Environment feedback that only ``role`` sees, with its next turn."""
+        previous = self._feedback[role]
+        self._feedback[role] = text if previous is None else f"{previous}\n{text}"
+        self.events.append(Event("feedback", "environment", role, text, "private"))
+
+    def record_action(self, role: str, action: str, result: StepResult) -> None:
+        self.events.append(
+            Event(
+                "action",
+                role,
+                "environment",
+                action,
+                "private",
+                data={
+                    "action": action,
+                    "mistake": result.mistake,
+                    "progress": result.progress,
+                    "feedback": result.feedback,
+                },
+            )
+        )
+
+    def violation(self, role: str, reason: str, *, abort: bool = True) -> None:
+        """A reply broke the format or the rules; by default the episode is aborted."""
+        self.events.append(Event("violation", role, "", reason, "public"))
+        if abort:
+            self.end("aborted", f"{role}: {reason}")
+
+    def note(self, text: str, **data: Any) -> None:
+        self.events.append(Event("note", "gm", "", text, "public", data=data))
+
+    def end(self, outcome: Outcome, reason: str = "") -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+            self.reason = reason
+
+
+@dataclass
+class View:
+    """What a scripted or random player may use: exactly what its role was shown.
+
+    ``history`` is the role's episodic memory as its memory policy presents it, oldest first,
+    as (speaker, text) pairs; the player's own replies have its own role as speaker.
+    """
+
+    role: str
+    system: str
+    text: str
+    data: dict[str, Any] | None
+    feedback: str | None
+    legal_actions: list[str]
+    history: list[tuple[str, str]]
+    turn: int
+
+    def last_from(self, speaker: str) -> str | None:
+        """The latest thing ``speaker`` said to this role, if any."""
+        for who, text in reversed(self.history):
+            if who == speaker:
+                return text
+        return None
+
+    def own_replies(self) -> int:
+        return sum(1 for who, _ in self.history if who == self.role)
+
+
+PlayFn = Callable[[View, random.Random], str]

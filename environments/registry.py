@@ -1,0 +1,71 @@
+"""The games parley knows, by name, with their roles, instance generators and built-in players."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from environments.base import GameMaster, PlayFn
+
+InstanceFn = Callable[[int, dict[str, Any]], dict[str, Any]]
+
+# Families register their games when imported; listed here so `all_games()` finds them.
+FAMILIES = (
+    "environments.comma",
+    "environments.clem",
+    "environments.mango",
+    "environments.playground",
+)
+
+
+@dataclass(frozen=True)
+class GameInfo:
+    """A playable game.
+
+    ``instance(seed, settings)`` builds an instance deterministically; ``players[role][kind]``
+    are the built-in players (``scripted``, ``random``); ``text_only`` says whether the game
+    shows text alone (no images), so a text-only model can play it.
+    """
+
+    name: str
+    family: str
+    roles: tuple[str, ...]
+    game_master: type[GameMaster]
+    instance: InstanceFn
+    players: dict[str, dict[str, PlayFn]] = field(default_factory=dict)
+    description: str = ""
+    text_only: bool = False
+    default_settings: dict[str, Any] = field(default_factory=dict)
+
+
+_GAMES: dict[str, GameInfo] = {}
+
+
+def register(info: GameInfo) -> GameInfo:
+    if info.name in _GAMES and _GAMES[info.name] is not info:
+        raise ValueError(f"game {info.name!r} registered twice")
+    _GAMES[info.name] = info
+    return info
+
+
+def _load_families() -> None:
+    for module in FAMILIES:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:  # a family that exists but fails to import is a real error
+                raise
+
+
+def all_games() -> dict[str, GameInfo]:
+    _load_families()
+    return dict(sorted(_GAMES.items()))
+
+
+def get(name: str) -> GameInfo:
+    games = all_games()
+    if name not in games:
+        raise KeyError(f"unknown game {name!r}; known games: {', '.join(games)}")
+    return games[name]

@@ -1,0 +1,78 @@
+"""Actors and their host: one inbox each, one message at a time, failures contained."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+
+from bus.base import Bus, Delivery
+
+log = logging.getLogger("parley.runtime")
+
+ErrorHandler = Callable[["Actor", BaseException], None]
+
+
+class Actor(ABC):
+    """Owns an inbox topic; :meth:`handle` is never called concurrently for one actor."""
+
+    inbox: str
+
+    @abstractmethod
+    async def handle(self, delivery: Delivery) -> None: ...
+
+
+class ActorHost:
+    """Starts, supervises and stops actors on a bus.
+
+    An exception in an actor stops that actor and is handed to the error handler given at
+    start (the episode then ends as ``error``); it never reaches the host's caller. Stopped
+    actors keep no reference here, so memory does not grow with the number of episodes run.
+    """
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self._tasks: dict[Actor, asyncio.Task[None]] = {}
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    async def start(self, actor: Actor, on_error: ErrorHandler, *, maxsize: int = 64) -> None:
+        """Subscribe ``actor`` to its inbox and start feeding it."""
+        sub = self.bus.subscribe(actor.inbox, maxsize=maxsize)
+        await sub.ready()
+        task = asyncio.create_task(self._feed(actor, sub, on_error), name=f"actor:{actor.inbox}")
+        self._tasks[actor] = task
+
+    async def _feed(self, actor: Actor, sub, on_error: ErrorHandler) -> None:  # type: ignore[no-untyped-def]
+        try:
+            async for delivery in sub:
+                try:
+                    await actor.handle(delivery)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.debug("actor %s failed", actor.inbox, exc_info=True)
+                    on_error(actor, exc)
+                    return
+        finally:
+            await sub.close()
+
+    async def stop(self, actor: Actor) -> None:
+        task = self._tasks.pop(actor, None)
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise
+        except Exception:  # the error was already handed to on_error
+            pass
+
+    async def stop_all(self, actors: list[Actor]) -> None:
+        for actor in actors:
+            await self.stop(actor)

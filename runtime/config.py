@@ -1,0 +1,206 @@
+"""Experiment configs: YAML validated by pydantic, with errors that name field, value and fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+BUILTIN_PLAYERS = ("scripted", "random", "human")
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; each problem names the field, the value and what is expected."""
+
+    def __init__(self, problems: list[tuple[str, Any, str]], source: str = "") -> None:
+        self.problems = problems
+        self.source = source
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        head = f"invalid config{f' {self.source}' if self.source else ''}:"
+        lines = [head]
+        for field, value, expected in self.problems:
+            shown = "" if value is _MISSING else f" got {value!r};"
+            lines.append(f"  {field}:{shown} {expected}")
+        return "\n".join(lines)
+
+
+_MISSING = object()
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SeedRange(Strict):
+    """Seeds ``start`` … ``start + count - 1``."""
+
+    start: int = 0
+    count: int = Field(gt=0)
+
+    def seeds(self) -> list[int]:
+        return list(range(self.start, self.start + self.count))
+
+
+class MemorySpec(Strict):
+    """An agent's episodic-memory policy: ``full``, ``none`` (last message only) or ``last_k``."""
+
+    policy: Literal["full", "none", "last_k"] = "full"
+    k: int = Field(default=3, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        return {"policy": value} if isinstance(value, str) else value
+
+
+class PlayerSpec(Strict):
+    """Who plays a role: a built-in player (``scripted``, ``random``, ``human``) or a model.
+
+    A bare string that is not a built-in name is a model name from the ``models`` registry.
+    """
+
+    kind: Literal["scripted", "random", "human", "llm"]
+    model: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"kind": value} if value in BUILTIN_PLAYERS else {"kind": "llm", "model": value}
+        return value
+
+    @model_validator(mode="after")
+    def _model_for_llm(self) -> PlayerSpec:
+        if self.kind == "llm" and not self.model:
+            raise ValueError("an llm player needs `model:` naming an entry of `models`")
+        return self
+
+    @property
+    def label(self) -> str:
+        return self.model if self.kind == "llm" and self.model else self.kind
+
+
+class PairingMatrix(Strict):
+    """Every combination: ``matrix: {solver: [a, b], expert: [a, b]}`` gives four pairings."""
+
+    matrix: dict[str, list[PlayerSpec]]
+
+
+class GameBlock(Strict):
+    """One game of an experiment: which instances, which pairings, how often."""
+
+    game: str
+    seeds: list[int] | SeedRange = Field(default_factory=lambda: SeedRange(count=10))
+    instances_file: str | None = None
+    pairings: list[dict[str, PlayerSpec] | PairingMatrix] = Field(min_length=1)
+    repetitions: int = Field(default=1, ge=1)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    memory: dict[str, MemorySpec] = Field(default_factory=dict)
+
+    def seed_list(self) -> list[int]:
+        return self.seeds.seeds() if isinstance(self.seeds, SeedRange) else list(self.seeds)
+
+
+class TracingConfig(Strict):
+    """Spans to ``traces.jsonl`` (and OTLP through OTEL_*); message text only with ``content``."""
+
+    enabled: bool = True
+    content: bool = False
+
+
+class ExperimentConfig(Strict):
+    """A whole run: games × instances × pairings × repetitions, and how to run them."""
+
+    name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    games: list[GameBlock] = Field(min_length=1)
+    concurrency: int = Field(default=64, ge=1, le=100_000)
+    bus: str = "local"
+    record_prompts: bool = True
+    episode_timeout_s: float | None = Field(default=None, gt=0)
+    tracing: TracingConfig = Field(default_factory=TracingConfig)
+    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown field; remove it or check its spelling"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "literal_error":
+        return error["msg"].replace("Input should be", "expected")
+    return error["msg"].replace("Input should be", "expected").replace("Value error, ", "")
+
+
+def problems_of(exc: ValidationError) -> list[tuple[str, Any, str]]:
+    out: list[tuple[str, Any, str]] = []
+    seen: set[str] = set()
+    for error in exc.errors():
+        # Drop union-branch names (e.g. "list[int]", "SeedRange") from the location.
+        loc = [str(p) for p in error["loc"] if not str(p)[:1].isupper() and "[" not in str(p)]
+        field = ".".join(loc) or "config"
+        if field in seen:
+            continue
+        seen.add(field)
+        value = _MISSING if error["type"] == "missing" else error.get("input", _MISSING)
+        out.append((field, value, _describe(error)))
+    return out
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` overrides (values parsed as YAML; list items by index)."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError([(item, _MISSING, "an override is key.path=value")], "--set")
+        path, raw = item.split("=", 1)
+        keys = path.strip().split(".")
+        target: Any = data
+        for i, key in enumerate(keys[:-1]):
+            nxt: Any = target[int(key)] if isinstance(target, list) else target.get(key)
+            if nxt is None:
+                nxt = {}
+                if isinstance(target, list):
+                    raise ConfigError(
+                        [(".".join(keys[: i + 1]), _MISSING, "no such list item")], "--set"
+                    )
+                target[key] = nxt
+            target = nxt
+        last = keys[-1]
+        value = yaml.safe_load(raw)
+        if isinstance(target, list):
+            target[int(last)] = value
+        else:
+            target[last] = value
+    return data
+
+
+def load_config(
+    source: str | Path | dict[str, Any], overrides: list[str] | None = None
+) -> ExperimentConfig:
+    """Read, override and validate a config; raises :class:`ConfigError` explaining every problem."""
+    label = ""
+    if isinstance(source, dict):
+        data = source
+    else:
+        path = Path(source)
+        label = str(path)
+        if not path.exists():
+            raise ConfigError([("config", str(path), "no such file")])
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError([("config", str(path), f"not valid YAML: {exc}")]) from None
+        if not isinstance(data, dict):
+            raise ConfigError(
+                [("config", type(data).__name__, "a YAML mapping at the top level")], label
+            )
+    data = apply_overrides(data, overrides or [])
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(problems_of(exc), label) from None

@@ -1,0 +1,427 @@
+"""One episode on the bus: a game-master actor and one agent actor per role."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+
+from agents.agent import Agent
+from agents.tokens import count_tokens
+from bus import topics
+from bus.base import Bus, Delivery
+from bus.messages import (
+    EpisodeFinished,
+    EpisodeStarted,
+    ImagePart,
+    Message,
+    TextPart,
+    TranscriptEvent,
+    TurnRequest,
+    TurnResponse,
+    Utterance,
+)
+from environments import registry
+from environments.base import Event, GameMaster, Observation
+from memory import HistoryPolicy
+from observability import tracing
+from runtime.actor import Actor, ActorHost
+from runtime.experiment import EpisodeSpec
+from runtime.players import make_policy
+
+MAX_REPLY_CHARS = 100_000
+
+
+@dataclass
+class EpisodeOptions:
+    """How episodes of a run are played and recorded."""
+
+    run: str
+    record_prompts: bool = True
+    timeout_s: float | None = None
+    models: dict[str, Any] = field(default_factory=dict)
+    max_reply_chars: int = MAX_REPLY_CHARS
+
+
+@dataclass
+class EpisodeResult:
+    """A finished episode: its record for ``episodes.jsonl`` and what goes beside it."""
+
+    spec: EpisodeSpec
+    outcome: str
+    reason: str = ""
+    scores: dict[str, float | None] = field(default_factory=dict)
+    turns: int = 0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    model_time_s: float = 0.0
+    tokens: dict[str, dict[str, int]] = field(default_factory=dict)
+    token_source: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    private_facts: dict[str, dict[str, str]] = field(default_factory=dict)
+    transcript: list[Message] = field(default_factory=list)
+    images: dict[str, bytes] = field(default_factory=dict)
+
+    def record(self, run: str) -> dict[str, Any]:
+        return {
+            "run": run,
+            "episode": self.spec.id,
+            "game": self.spec.game,
+            "seed": self.spec.seed,
+            "repetition": self.spec.repetition,
+            "pairing": self.spec.pairing,
+            "spec": self.spec.model_dump(mode="json", exclude={"instance"}),
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "scores": self.scores,
+            "turns": self.turns,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": round(self.finished_at - self.started_at, 6),
+            "model_time_s": round(self.model_time_s, 6),
+            "tokens": self.tokens,
+            "token_source": self.token_source,
+            "private_facts": self.private_facts,
+            "error": self.error,
+        }
+
+
+def _parts(text: str, images: list[bytes], cache: dict[str, bytes]) -> list[TextPart | ImagePart]:
+    parts: list[TextPart | ImagePart] = [TextPart(text=text)] if text else []
+    for data in images:
+        image = ImagePart.from_bytes(data)
+        cache.setdefault(image.sha256, data)
+        parts.append(image)
+    return parts
+
+
+class _AgentActor(Actor):
+    def __init__(self, runner: EpisodeRunner, agent: Agent) -> None:
+        self.runner = runner
+        self.agent = agent
+        self.inbox = topics.agent_inbox(runner.options.run, runner.spec.id, agent.role)
+
+    async def handle(self, delivery: Delivery) -> None:
+        request = delivery.message
+        if not isinstance(request, TurnRequest):
+            return
+        runner = self.runner
+        tracer = tracing.tracer()
+        with tracer.start_as_current_span(
+            f"invoke_agent {self.agent.role}",
+            context=tracing.extract(request.traceparent),
+            kind=trace.SpanKind.INTERNAL,
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": self.agent.role,
+                "gen_ai.conversation.id": runner.spec.id,
+                "parley.run": runner.options.run,
+                "parley.game": runner.spec.game,
+                "parley.episode": runner.spec.id,
+                "parley.turn": request.turn,
+                "parley.role": self.agent.role,
+                "parley.player": runner.spec.players[self.agent.role].label,
+            },
+        ) as span:
+            response = await self.agent.respond(request)
+            response.traceparent = tracing.inject(span)
+        await runner.bus.publish(topics.gm_inbox(runner.options.run, runner.spec.id), response)
+
+
+class _GameMasterActor(Actor):
+    def __init__(self, runner: EpisodeRunner) -> None:
+        self.runner = runner
+        self.inbox = topics.gm_inbox(runner.options.run, runner.spec.id)
+
+    async def handle(self, delivery: Delivery) -> None:
+        if isinstance(delivery.message, TurnResponse):
+            await self.runner.on_response(delivery.message)
+
+
+class EpisodeRunner:
+    """Plays one episode: sends turns, applies replies, records everything, ends cleanly."""
+
+    def __init__(
+        self, spec: EpisodeSpec, bus: Bus, host: ActorHost, options: EpisodeOptions
+    ) -> None:
+        self.spec = spec
+        self.bus = bus
+        self.host = host
+        self.options = options
+        self.info = registry.get(spec.game)
+        self.result = EpisodeResult(spec=spec, outcome="error")
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.gm: GameMaster | None = None
+        self.actors: list[Actor] = []
+        self.expected: str | None = None
+        self.requests = 0
+        self.system_sent: set[str] = set()
+        self._turn_span: trace.Span | None = None
+        self._episode_span: trace.Span | None = None
+        self._events_topic = topics.events(options.run, spec.id)
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def run(self, parent: trace.Span | None = None) -> EpisodeResult:
+        tracer = tracing.tracer()
+        ctx = trace.set_span_in_context(parent) if parent is not None else None
+        self._episode_span = tracer.start_span(
+            f"episode {self.spec.game}",
+            context=ctx,
+            attributes={
+                "parley.run": self.options.run,
+                "parley.game": self.spec.game,
+                "parley.episode": self.spec.id,
+                "parley.seed": self.spec.seed,
+                "parley.pairing": self.spec.pairing_label,
+            },
+        )
+        self.result.started_at = time.time()
+        try:
+            await self._start()
+            if not self.done.done():
+                await asyncio.wait_for(asyncio.shield(self.done), self.options.timeout_s)
+        except TimeoutError:
+            self.fail(f"episode timed out after {self.options.timeout_s} s", None)
+        except Exception as exc:
+            self.fail(f"{type(exc).__name__}: {exc}", exc)
+        finally:
+            await self._release()
+        self.result.finished_at = time.time()
+        span = self._episode_span
+        span.set_attribute("parley.outcome", self.result.outcome)
+        span.set_attribute("parley.turns", self.result.turns)
+        if self.result.outcome == "error":
+            span.set_status(Status(StatusCode.ERROR, self.result.reason[:200]))
+        span.end()
+        await self._publish_finished()
+        return self.result
+
+    async def _start(self) -> None:
+        spec, info = self.spec, self.info
+        instance = spec.instance or info.instance(spec.seed, spec.settings)
+        self.gm = info.game_master(instance, spec.settings)
+        self.result.private_facts = {
+            role: facts for role in info.roles if (facts := self.gm.private_facts(role))
+        }
+        for role in info.roles:
+            memory = spec.memory.get(role)
+            policy = make_policy(
+                spec.players[role], role, info, f"{spec.id}:{role}", self.options.models
+            )
+            agent = Agent(
+                role,
+                policy,
+                history=HistoryPolicy(memory.policy, memory.k) if memory else None,
+                memory_key=f"{spec.id}:{role}",
+                record_prompts=self.options.record_prompts,
+            )
+            self.actors.append(_AgentActor(self, agent))
+        self.actors.append(_GameMasterActor(self))
+        for actor in self.actors:
+            await self.host.start(actor, self._actor_failed)
+        started = EpisodeStarted(
+            run=self.options.run,
+            episode=spec.id,
+            sender="gm",
+            game=spec.game,
+            spec=spec.model_dump(mode="json", exclude={"instance"}),
+        )
+        await self._emit(self._events_topic, started)
+        await self._advance()
+
+    async def _release(self) -> None:
+        await self.host.stop_all(self.actors)
+        for actor in self.actors:
+            if isinstance(actor, _AgentActor):
+                actor.agent.forget()
+                await actor.agent.policy.aclose()
+        self.actors = []
+        if self._turn_span is not None:
+            self._turn_span.end()
+            self._turn_span = None
+
+    def cancel(self, reason: str = "run interrupted") -> None:
+        self._finish("cancelled", reason)
+
+    def fail(self, reason: str, exc: BaseException | None) -> None:
+        if self.done.done():
+            return
+        if exc is not None:
+            self.result.error = "".join(traceback.format_exception(exc))
+        self._finish("error", reason)
+
+    def _actor_failed(self, actor: Actor, exc: BaseException) -> None:
+        who = actor.agent.role if isinstance(actor, _AgentActor) else "game master"
+        self.fail(f"{who} failed: {type(exc).__name__}: {exc}", exc)
+
+    def _finish(self, outcome: str, reason: str) -> None:
+        if self.done.done():
+            return
+        self.result.outcome = outcome
+        self.result.reason = reason
+        if self.gm is not None and outcome in ("success", "lost", "aborted"):
+            self.result.scores = self.gm.scores()
+        self.done.set_result(None)
+
+    async def _publish_finished(self) -> None:
+        finished = EpisodeFinished(
+            run=self.options.run,
+            episode=self.spec.id,
+            sender="gm",
+            game=self.spec.game,
+            outcome=self.result.outcome,  # type: ignore[arg-type]
+            scores=self.result.scores,
+            turns=self.result.turns,
+            reason=self.result.reason,
+        )
+        self.result.transcript.append(finished)
+        # The record is what counts; observers may miss this one if the bus fails.
+        with contextlib.suppress(Exception):
+            await self.bus.publish(topics.results(self.options.run), finished)
+
+    # --- the turn loop ---------------------------------------------------------------------
+
+    async def _emit(self, topic: str, message: Message) -> None:
+        self.result.transcript.append(message)
+        await self.bus.publish(topic, message)
+
+    async def _advance(self) -> None:
+        gm = self.gm
+        assert gm is not None
+        try:
+            turn = gm.next_turn()
+        except Exception as exc:
+            self.fail(f"game master failed: {type(exc).__name__}: {exc}", exc)
+            return
+        if turn is None:
+            self._finish(gm.outcome or "lost", gm.reason)
+            return
+        self.expected = turn.role
+        self.requests += 1
+        images = self.result.images
+        system = None
+        if turn.role not in self.system_sent:
+            system = gm.system_prompt(turn.role)
+            self.system_sent.add(turn.role)
+        obs: Observation = turn.observation
+        request = TurnRequest(
+            run=self.options.run,
+            episode=self.spec.id,
+            sender="gm",
+            recipient=turn.role,
+            turn=self.requests,
+            role=turn.role,
+            system=system,
+            observation=_parts(obs.text, obs.images, images),
+            feedback=turn.feedback,
+            incoming=[
+                Utterance(sender=m.sender, content=_parts(m.text, m.images, images))
+                for m in turn.incoming
+            ],
+            legal_actions=turn.legal_actions,
+            view=obs.data,
+        )
+        tracer = tracing.tracer()
+        self._turn_span = tracer.start_span(
+            f"turn {self.requests} {turn.role}",
+            context=trace.set_span_in_context(self._episode_span) if self._episode_span else None,
+            attributes={
+                "parley.run": self.options.run,
+                "parley.game": self.spec.game,
+                "parley.episode": self.spec.id,
+                "parley.turn": self.requests,
+                "parley.role": turn.role,
+            },
+        )
+        request.traceparent = tracing.inject(self._turn_span)
+        await self._emit(topics.agent_inbox(self.options.run, self.spec.id, turn.role), request)
+
+    async def on_response(self, response: TurnResponse) -> None:
+        if self.done.done():
+            return
+        if response.role != self.expected or response.turn != self.requests:
+            await self._emit(
+                self._events_topic, self._note(f"ignored an unexpected reply from {response.role}")
+            )
+            return
+        self.result.transcript.append(response)
+        self.result.turns += 1
+        self._count(response)
+        text = response.text
+        if len(text) > self.options.max_reply_chars:
+            text = text[: self.options.max_reply_chars]
+            await self._emit(
+                self._events_topic,
+                self._note(
+                    f"reply of {response.role} cut to {self.options.max_reply_chars} characters"
+                ),
+            )
+        gm = self.gm
+        assert gm is not None
+        try:
+            gm.on_reply(response.role, text)
+            events = gm.drain_events()
+        except Exception as exc:
+            self.fail(f"game master failed on a reply: {type(exc).__name__}: {exc}", exc)
+            return
+        finally:
+            if self._turn_span is not None:
+                self._turn_span.end()
+                self._turn_span = None
+        for event in events:
+            await self._emit(self._events_topic, self._transcript_event(event))
+        await self._advance()
+
+    def _count(self, response: TurnResponse) -> None:
+        role = response.role
+        self.result.model_time_s += response.latency_s
+        tokens = self.result.tokens.setdefault(role, {"input": 0, "output": 0})
+        if response.usage is not None:
+            tokens["input"] += response.usage.input_tokens
+            tokens["output"] += response.usage.output_tokens
+            source = response.usage.source
+        else:
+            tokens["output"] += count_tokens(response.text)
+            if response.prompt:
+                tokens["input"] += sum(
+                    count_tokens(p.text)
+                    for m in response.prompt
+                    for p in m.content
+                    if isinstance(p, TextPart)
+                )
+            source = "counted"
+        previous = self.result.token_source.get(role)
+        self.result.token_source[role] = source if previous in (None, source) else "mixed"
+
+    def _note(self, text: str) -> TranscriptEvent:
+        return TranscriptEvent(
+            run=self.options.run,
+            episode=self.spec.id,
+            sender="gm",
+            turn=self.requests,
+            event="note",
+            from_role="gm",
+            visibility="public",
+            content=[TextPart(text=text)],
+        )
+
+    def _transcript_event(self, event: Event) -> TranscriptEvent:
+        return TranscriptEvent(
+            run=self.options.run,
+            episode=self.spec.id,
+            sender="gm",
+            turn=self.requests,
+            event=event.kind,
+            from_role=event.role,
+            to_role=event.to,
+            visibility=event.visibility,  # type: ignore[arg-type]
+            content=_parts(event.text, event.images, self.result.images),
+            data=event.data,
+        )

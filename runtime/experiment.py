@@ -1,0 +1,191 @@
+"""Expanding a config into episode specs: game × instance × pairing × repetition."""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from environments import registry
+from runtime.config import (
+    _MISSING,
+    ConfigError,
+    ExperimentConfig,
+    GameBlock,
+    MemorySpec,
+    PairingMatrix,
+    PlayerSpec,
+)
+
+
+class EpisodeSpec(BaseModel):
+    """One episode to play; ``id`` is stable across runs of the same config (for --resume)."""
+
+    id: str
+    game: str
+    seed: int
+    repetition: int = 0
+    players: dict[str, PlayerSpec]
+    memory: dict[str, MemorySpec] = Field(default_factory=dict)
+    settings: dict[str, Any] = Field(default_factory=dict)
+    instance: dict[str, Any] | None = None
+
+    @property
+    def pairing(self) -> dict[str, str]:
+        return {role: p.label for role, p in self.players.items()}
+
+    @property
+    def pairing_label(self) -> str:
+        return ",".join(f"{role}={label}" for role, label in self.pairing.items())
+
+
+def _pairings(block: GameBlock) -> list[dict[str, PlayerSpec]]:
+    out: list[dict[str, PlayerSpec]] = []
+    for pairing in block.pairings:
+        if isinstance(pairing, PairingMatrix):
+            roles = list(pairing.matrix)
+            for combo in itertools.product(*(pairing.matrix[r] for r in roles)):
+                out.append(dict(zip(roles, combo, strict=True)))
+        else:
+            out.append(dict(pairing))
+    return out
+
+
+def _check_block(
+    i: int, block: GameBlock, config: ExperimentConfig, pairings: list[dict[str, PlayerSpec]]
+) -> list[tuple[str, Any, str]]:
+    where = f"games.{i}"
+    games = registry.all_games()
+    info = games.get(block.game)
+    if info is None:
+        return [(f"{where}.game", block.game, f"expected one of: {', '.join(games)}")]
+    problems: list[tuple[str, Any, str]] = []
+    roles = set(info.roles)
+    for j, pairing in enumerate(pairings):
+        missing = roles - set(pairing)
+        if missing:
+            problems.append(
+                (
+                    f"{where}.pairings.{j}",
+                    _MISSING,
+                    f"no player for role(s) {', '.join(sorted(missing))}; "
+                    f"{block.game} has roles {', '.join(info.roles)}",
+                )
+            )
+        for role, player in pairing.items():
+            field = f"{where}.pairings.{j}.{role}"
+            if role not in roles:
+                problems.append(
+                    (field, role, f"not a role of {block.game}; roles: {', '.join(info.roles)}")
+                )
+                continue
+            if player.kind in ("scripted", "random"):
+                available = info.players.get(role, {})
+                if player.kind not in available:
+                    choices = [*available, "human", "a model name from `models`"]
+                    problems.append((field, player.kind, f"expected one of: {', '.join(choices)}"))
+            elif player.kind == "llm" and player.model not in config.models:
+                known = ", ".join(config.models) or "none declared"
+                problems.append((field, player.model, f"a model declared under `models` ({known})"))
+    for role in block.memory:
+        if role not in roles:
+            problems.append(
+                (
+                    f"{where}.memory.{role}",
+                    role,
+                    f"not a role of {block.game}; roles: {', '.join(info.roles)}",
+                )
+            )
+    if info.default_settings:
+        for key in block.settings:
+            if key not in info.default_settings:
+                problems.append(
+                    (
+                        f"{where}.settings.{key}",
+                        block.settings[key],
+                        f"not a setting of {block.game}; settings: {', '.join(info.default_settings)}",
+                    )
+                )
+    if block.instances_file and not Path(block.instances_file).exists():
+        problems.append((f"{where}.instances_file", block.instances_file, "an existing JSONL file"))
+    return problems
+
+
+def episode_id(
+    game: str,
+    seed: int,
+    repetition: int,
+    players: dict[str, PlayerSpec],
+    settings: dict[str, Any],
+    memory: dict[str, MemorySpec],
+) -> str:
+    key = json.dumps(
+        {
+            "players": {r: p.model_dump() for r, p in players.items()},
+            "settings": settings,
+            "memory": {r: m.model_dump() for r, m in memory.items()},
+        },
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
+    return f"{game}-s{seed}-r{repetition}-{digest}"
+
+
+def read_instances(path: str | Path) -> list[dict[str, Any]]:
+    """Instances from a JSONL file, one JSON object a line."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def write_instances(path: str | Path, instances: list[dict[str, Any]]) -> None:
+    Path(path).write_text("".join(json.dumps(i, sort_keys=True) + "\n" for i in instances))
+
+
+def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
+    """Every episode the config asks for, in a stable order; raises :class:`ConfigError`."""
+    problems: list[tuple[str, Any, str]] = []
+    specs: list[EpisodeSpec] = []
+    for i, block in enumerate(config.games):
+        pairings = _pairings(block)
+        found = _check_block(i, block, config, pairings)
+        if found:
+            problems.extend(found)
+            continue
+        info = registry.get(block.game)
+        settings = {**info.default_settings, **block.settings}
+        memory = {role: block.memory.get(role, MemorySpec()) for role in info.roles}
+        if block.instances_file:
+            instances: list[tuple[int, dict[str, Any] | None]] = [
+                (int(inst.get("seed", n)), inst)
+                for n, inst in enumerate(read_instances(block.instances_file))
+            ]
+        else:
+            instances = [(seed, None) for seed in block.seed_list()]
+        for players in pairings:
+            ordered = {role: players[role] for role in info.roles}
+            for seed, instance in instances:
+                for rep in range(block.repetitions):
+                    specs.append(
+                        EpisodeSpec(
+                            id=episode_id(block.game, seed, rep, ordered, settings, memory),
+                            game=block.game,
+                            seed=seed,
+                            repetition=rep,
+                            players=ordered,
+                            memory=memory,
+                            settings=settings,
+                            instance=instance,
+                        )
+                    )
+    if problems:
+        raise ConfigError(problems)
+    ids = [s.id for s in specs]
+    if len(set(ids)) != len(ids):
+        dup = next(x for x in ids if ids.count(x) > 1)
+        raise ConfigError(
+            [("games", dup, "each episode once: two game blocks ask for the same episode")]
+        )
+    return specs

@@ -1,0 +1,98 @@
+"""Reports over a run's records: a summary per game and pairing, plus each family's own tables."""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from runtime.results import read_records
+
+# Each family's tables live in ``runtime.reports.<family>`` as
+# ``report(records, run_dir) -> str`` (Markdown; it may also write files such as PNG plots).
+FamilyReport = Callable[[list[dict[str, Any]], Path], str]
+
+OUTCOMES = ("success", "lost", "aborted", "error", "cancelled")
+
+
+def family_report(family: str) -> FamilyReport | None:
+    module_name = f"runtime.reports.{family}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name:
+            return None
+        raise
+    return module.report
+
+
+def pairing_label(record: dict[str, Any]) -> str:
+    return ", ".join(f"{role}={who}" for role, who in record["pairing"].items())
+
+
+def mean(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def summary_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Per game and pairing: episodes, outcome counts, success %, mean main score, turns."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[(r["game"], pairing_label(r))].append(r)
+    header = ["game", "pairing", "episodes", *OUTCOMES, "success %", "main", "turns"]
+    rows = []
+    for (game, pairing), group in sorted(groups.items()):
+        counts = {o: sum(1 for r in group if r["outcome"] == o) for o in OUTCOMES}
+        rows.append(
+            [
+                game,
+                pairing,
+                str(len(group)),
+                *(str(counts[o]) for o in OUTCOMES),
+                fmt(100.0 * counts["success"] / len(group)),
+                fmt(mean([r["scores"].get("main") for r in group])),
+                fmt(mean([r["turns"] for r in group])),
+            ]
+        )
+    return header, rows
+
+
+def build_report(run_dir: str | Path) -> str:
+    """The Markdown report of a run folder."""
+    from environments import registry
+
+    path = Path(run_dir)
+    records = read_records(path)
+    parts = [f"# Report: {path.name}", "", f"{len(records)} episodes.", ""]
+    header, rows = summary_rows(records)
+    parts += ["## Outcomes by game and pairing", "", markdown_table(header, rows), ""]
+    families: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    games = registry.all_games()
+    for r in records:
+        info = games.get(r["game"])
+        families[info.family if info else r["game"].split(".")[0]].append(r)
+    for family, group in sorted(families.items()):
+        fn = family_report(family)
+        if fn is not None:
+            parts += [fn(group, path), ""]
+    return "\n".join(parts)
+
+
+def write_report(run_dir: str | Path) -> Path:
+    path = Path(run_dir) / "report.md"
+    path.write_text(build_report(run_dir), encoding="utf-8")
+    return path

@@ -1,0 +1,1 @@
+"""Per-family report tables (one module per family: ``report(records, run_dir) -> str``)."""

@@ -1,0 +1,179 @@
+"""The run folder: resolved config, durable ``episodes.jsonl``, transcripts, images by hash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bus.codec import encode
+from runtime.config import ConfigError, ExperimentConfig
+from runtime.episode import EpisodeResult
+
+FINISHED = ("success", "lost", "aborted", "error")
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of ``episodes.jsonl``; a torn last line (a crash mid-write) is skipped, and
+    of several records of one episode the last wins."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "episodes.jsonl"
+    if not file.exists():
+        return []
+    latest: dict[str, dict[str, Any]] = {}
+    for line in file.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        latest[record["episode"]] = record
+    return list(latest.values())
+
+
+class RunFolder:
+    """One run's folder. ``episodes.jsonl`` gets a line per finished episode, written and
+    fsynced before the episode counts; on resume, finished episodes are skipped."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.episodes = self.path / "episodes.jsonl"
+        self.transcripts = self.path / "transcripts"
+        self.images = self.path / "images"
+        self._known_images: set[str] = set()
+
+    @property
+    def run_id(self) -> str:
+        return json.loads((self.path / "run.json").read_text())["run"]
+
+    @classmethod
+    def prepare(
+        cls, path: str | Path, config: ExperimentConfig, *, resume: bool, planned: int
+    ) -> RunFolder:
+        """Create a fresh folder, or reopen one to resume; refuses to mix two runs."""
+        folder = cls(path)
+        meta_file = folder.path / "run.json"
+        if meta_file.exists():
+            if not resume:
+                raise ConfigError(
+                    [
+                        (
+                            "--out",
+                            str(folder.path),
+                            "a new folder, or add --resume to continue this run",
+                        )
+                    ]
+                )
+            folder._compact()
+        else:
+            folder.path.mkdir(parents=True, exist_ok=True)
+            run_id = f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
+            meta = {"run": run_id, "created": time.time(), "name": config.name}
+            meta_file.write_text(json.dumps(meta, indent=2))
+        meta = json.loads(meta_file.read_text())
+        meta["planned"] = planned
+        meta_file.write_text(json.dumps(meta, indent=2))
+        (folder.path / "config.yaml").write_text(
+            yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+        )
+        folder.transcripts.mkdir(exist_ok=True)
+        folder.images.mkdir(exist_ok=True)
+        folder._known_images = {p.stem for p in folder.images.glob("*.png")}
+        return folder
+
+    def records(self) -> list[dict[str, Any]]:
+        return read_records(self.episodes)
+
+    def finished_ids(self) -> set[str]:
+        return {r["episode"] for r in self.records() if r["outcome"] in FINISHED}
+
+    def _compact(self) -> None:
+        """Rewrite ``episodes.jsonl`` with one line per finished episode: drops torn lines and
+        the records of cancelled episodes, which a resumed run plays again."""
+        if not self.episodes.exists():
+            return
+        kept = [r for r in self.records() if r["outcome"] in FINISHED]
+        tmp = self.episodes.with_suffix(".jsonl.tmp")
+        with tmp.open("w", encoding="utf-8") as f:
+            for record in kept:
+                f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.episodes)
+
+    def iter_transcript(self, episode: str) -> Iterator[dict[str, Any]]:
+        path = self.transcripts / f"{episode}.jsonl"
+        for line in path.read_text(encoding="utf-8").splitlines():
+            yield json.loads(line)
+
+    def image_path(self, sha256: str) -> Path:
+        return self.images / f"{sha256}.png"
+
+
+class ResultWriter:
+    """Writes finished episodes in batches off the event loop; ``await write(result)`` returns
+    once its line is on disk (fsynced)."""
+
+    def __init__(self, folder: RunFolder, run: str) -> None:
+        self.folder = folder
+        self.run = run
+        self._pending: list[tuple[EpisodeResult, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._file = folder.episodes.open("a", encoding="utf-8")
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="result-writer")
+
+    async def write(self, result: EpisodeResult) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._pending.append((result, future))
+        self._wake.set()
+        await future
+
+    async def _loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._pending = self._pending, []
+            if batch:
+                try:
+                    await asyncio.to_thread(self._write_batch, [r for r, _ in batch])
+                except BaseException as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    raise
+                for _, future in batch:
+                    if not future.done():
+                        future.set_result(None)
+            if self._closing and not self._pending:
+                return
+
+    def _write_batch(self, results: list[EpisodeResult]) -> None:
+        for result in results:
+            for sha, data in result.images.items():
+                if sha not in self.folder._known_images:
+                    self.folder.image_path(sha).write_bytes(data)
+                    self.folder._known_images.add(sha)
+            lines = b"".join(encode(m, inline_images=False) + b"\n" for m in result.transcript)
+            (self.folder.transcripts / f"{result.spec.id}.jsonl").write_bytes(lines)
+        self._file.write("".join(json.dumps(r.record(self.run)) + "\n" for r in results))
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        if self._task is not None:
+            await self._task
+        self._file.close()
