@@ -38,15 +38,23 @@ class Policy(Protocol):
 
 
 class FunctionPolicy:
-    """A synchronous function of the prompt: how scripted and random players run."""
+    """A synchronous function of the prompt: how scripted and random players run.
 
-    def __init__(self, name: str, fn: Callable[[Prompt], str]) -> None:
+    ``offload=True`` runs it in a worker thread, for players that search (chess engines,
+    alpha-beta) and would otherwise stall the event loop.
+    """
+
+    def __init__(self, name: str, fn: Callable[[Prompt], str], *, offload: bool = False) -> None:
         self.name = name
         self._fn = fn
+        self.offload = offload
 
     async def decide(self, prompt: Prompt) -> Decision:
         start = time.perf_counter()
-        text = self._fn(prompt)
+        if self.offload:
+            text = await anyio.to_thread.run_sync(self._fn, prompt)
+        else:
+            text = self._fn(prompt)
         return Decision(text=text, model=self.name, latency_s=time.perf_counter() - start)
 
     async def aclose(self) -> None:

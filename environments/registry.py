@@ -38,6 +38,8 @@ class GameInfo:
     description: str = ""
     text_only: bool = False
     default_settings: dict[str, Any] = field(default_factory=dict)
+    text_settings: dict[str, Any] | None = None
+    offload_players: bool = False
 
 
 _GAMES: dict[str, GameInfo] = {}

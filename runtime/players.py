@@ -32,8 +32,10 @@ def view_of(prompt: Prompt) -> View:
     )
 
 
-def builtin_policy(kind: str, play: PlayFn, rng: random.Random) -> FunctionPolicy:
-    return FunctionPolicy(kind, lambda prompt: play(view_of(prompt), rng))
+def builtin_policy(
+    kind: str, play: PlayFn, rng: random.Random, *, offload: bool = False
+) -> FunctionPolicy:
+    return FunctionPolicy(kind, lambda prompt: play(view_of(prompt), rng), offload=offload)
 
 
 def make_policy(
@@ -41,7 +43,10 @@ def make_policy(
 ) -> Policy:
     """The policy for ``role``; ``rng_key`` seeds scripted and random play deterministically."""
     if player.kind in ("scripted", "random"):
-        return builtin_policy(player.kind, game.players[role][player.kind], random.Random(rng_key))
+        play = game.players[role][player.kind]
+        return builtin_policy(
+            player.kind, play, random.Random(rng_key), offload=game.offload_players
+        )
     if player.kind == "human":
         return HumanPolicy()
     if llm_factory is None:

@@ -28,6 +28,7 @@ def register_puzzle(
             players=players,
             description=description,
             default_settings={"max_turns": 10, "max_mistakes": 3, "variant": "image"},
+            text_settings={"variant": "text"},
         )
     )
 
