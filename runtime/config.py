@@ -65,6 +65,9 @@ class PlayerSpec(Strict):
 
     kind: Literal["scripted", "random", "human", "llm"]
     model: str | None = None
+    # A game's other named built-in player of this kind (e.g. ``oracle``), instead of the
+    # plain ``scripted``/``random`` one; it becomes the player's label.
+    name: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="before")
@@ -82,7 +85,9 @@ class PlayerSpec(Strict):
 
     @property
     def label(self) -> str:
-        return self.model if self.kind == "llm" and self.model else self.kind
+        if self.kind == "llm" and self.model:
+            return self.model
+        return self.name or self.kind
 
 
 class PairingMatrix(Strict):

@@ -85,9 +85,15 @@ def _check_block(
                 continue
             if player.kind in ("scripted", "random"):
                 available = info.players.get(role, {})
-                if player.kind not in available:
+                if (player.name or player.kind) not in available:
                     choices = [*available, "human", "a model name from `models`"]
-                    problems.append((field, player.kind, f"expected one of: {', '.join(choices)}"))
+                    problems.append(
+                        (
+                            field,
+                            player.name or player.kind,
+                            f"expected one of: {', '.join(choices)}",
+                        )
+                    )
             elif player.kind == "llm" and player.model not in config.models:
                 known = ", ".join(config.models) or "none declared"
                 problems.append((field, player.model, f"a model declared under `models` ({known})"))

@@ -43,9 +43,9 @@ def make_policy(
 ) -> Policy:
     """The policy for ``role``; ``rng_key`` seeds scripted and random play deterministically."""
     if player.kind in ("scripted", "random"):
-        play = game.players[role][player.kind]
+        play = game.players[role][player.name or player.kind]
         return builtin_policy(
-            player.kind, play, random.Random(rng_key), offload=game.offload_players
+            player.label, play, random.Random(rng_key), offload=game.offload_players
         )
     if player.kind == "human":
         return HumanPolicy()
