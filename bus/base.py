@@ -31,7 +31,11 @@ class Delivery(NamedTuple):
 
 @dataclass
 class BusStats:
-    """Counters a transport keeps; ``malformed`` counts payloads that could not be decoded."""
+    """Counters a transport keeps; ``malformed`` counts payloads that could not be decoded.
+
+    ``duplicates``: redelivered messages dropped; ``reconnects``/``resent``: connections
+    re-established and publishes sent again on them; ``rejected``: publishes the broker refused.
+    """
 
     published: int = 0
     delivered: int = 0
@@ -39,6 +43,7 @@ class BusStats:
     duplicates: int = 0
     reconnects: int = 0
     resent: int = 0
+    rejected: int = 0
     malformed_reasons: dict[str, int] = field(default_factory=dict)
 
     def count_malformed(self, reason: str) -> None:

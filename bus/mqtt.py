@@ -1,0 +1,798 @@
+"""The MQTT transport: one MQTT 5 connection per bus, local routing, and no lost QoS 1 message.
+
+Built on aiomqtt 2.x (paho 2.x underneath). aiomqtt gives the connection, its asyncio socket
+integration and SUBSCRIBE/UNSUBSCRIBE; two of its paths are replaced where they would cost
+throughput or flow control:
+
+- **publishing** goes straight to paho, which sends at once and reports the PUBACK in a callback,
+  so up to ``max_inflight`` QoS 1 messages are on the wire at a time (aiomqtt's ``publish``
+  awaits each PUBACK in turn). Every unacknowledged message stays in an ordered pending table
+  until its PUBACK arrives, and is sent again, in order, on the next connection;
+- **receiving** uses paho's manual acknowledgement and the MQTT 5 Receive Maximum: a message is
+  acknowledged only after it sits in every matching local mailbox, so a full mailbox stops the
+  acknowledgements and the broker stops sending (and queues: see ``configs/mosquitto.conf``).
+
+A message published here reaches the subscribers of this process directly (no broker round trip)
+and goes to the broker for everyone else; broker subscriptions use MQTT 5 ``no_local`` so the
+broker never sends a process its own messages back. A bounded memory of recent
+``(topic, message id)`` pairs drops redeliveries (QoS 1 resends after a reconnect, overlapping
+subscriptions), counted in ``stats.duplicates``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import secrets
+import socket
+import ssl
+from collections import OrderedDict, deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Literal, Self
+from urllib.parse import parse_qs, unquote, urlparse
+
+import aiomqtt
+import paho.mqtt.client as paho_mqtt
+from aiomqtt import MqttError, ProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+from paho.mqtt.reasoncodes import ReasonCode
+from paho.mqtt.subscribeoptions import SubscribeOptions
+
+from bus import topics
+from bus.base import Bus, BusClosed, Subscription
+from bus.codec import CONTENT_TYPE, DEFAULT_MAX_BYTES, CodecError, decode, encode
+from bus.messages import Message
+
+log = logging.getLogger("parley.bus.mqtt")
+
+Protocol = Literal["5", "3.1.1"]
+_PROTOCOLS: dict[str, ProtocolVersion] = {
+    "5": ProtocolVersion.V5,
+    "5.0": ProtocolVersion.V5,
+    "3.1.1": ProtocolVersion.V311,
+    "311": ProtocolVersion.V311,
+}
+_SUBSCRIBE_BATCH = 64
+
+
+class MqttConnectError(ConnectionError):
+    """The bus could not reach its broker in time; the message carries the last error."""
+
+
+def default_client_id() -> str:
+    """``parley-<hostname>-<pid>-<random>``: unique per bus, readable in broker logs."""
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname())
+    return f"parley-{host[:32]}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+@dataclass(slots=True)
+class _Outgoing:
+    topic: str
+    payload: bytes
+    qos: int
+    properties: Properties | None
+    sent: bool = False
+
+
+@dataclass(slots=True)
+class _Filter:
+    ready: asyncio.Future[None]
+
+
+@dataclass(eq=False)
+class _Connection:
+    """One connected aiomqtt client; ``mids`` maps paho message ids to pending sequence numbers."""
+
+    client: aiomqtt.Client
+    generation: int
+    mids: dict[int, int] = field(default_factory=dict)
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    server_receive_maximum: int | None = None
+    paused: bool = False
+
+    @property
+    def paho(self) -> paho_mqtt.Client:
+        return self.client._client
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+
+class MqttBus(Bus):
+    """A bus over one MQTT connection; see the module docstring for the guarantees.
+
+    Options: ``client_id`` (default ``parley-<host>-<pid>-<random>``), ``username``/``password``,
+    ``tls`` with ``tls_ca``/``tls_cert``/``tls_key`` (client certificate) and ``tls_insecure``
+    (no certificate or host name check: tests only), ``protocol`` ("5", or "3.1.1" for brokers
+    without MQTT 5: no ``no_local``, own messages are then recognised by id, and no session
+    survives a reconnect), ``keepalive``, ``session_expiry`` (seconds the broker keeps this bus's
+    subscriptions and queued messages while it is disconnected), ``max_inflight`` (unacknowledged
+    publishes; ``publish`` waits beyond it), ``receive_maximum`` (unacknowledged incoming
+    messages), ``max_backlog``/``max_backlog_bytes`` (received messages waiting for full local
+    mailboxes at which the bus stops reading its socket), ``dedup_window`` (remembered ids), ``close_timeout`` (how long ``close``
+    waits for PUBACKs), ``connect_timeout`` (``async with`` / :meth:`start`),
+    ``inline_images``/``resolve_image`` (send images by reference and resolve them on receipt).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        *,
+        client_id: str | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        tls: bool = False,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_insecure: bool = False,
+        protocol: Protocol | str = "5",
+        keepalive: int = 30,
+        session_expiry: int = 300,
+        max_inflight: int = 1000,
+        receive_maximum: int = 200,
+        max_backlog: int = 2000,
+        max_backlog_bytes: int = 64 * 1024 * 1024,
+        dedup_window: int = 65536,
+        close_timeout: float = 5.0,
+        connect_timeout: float = 10.0,
+        operation_timeout: float = 10.0,
+        reconnect_min: float = 0.05,
+        reconnect_max: float = 5.0,
+        inline_images: bool = True,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        resolve_image: Callable[[str], bytes | None] | None = None,
+    ) -> None:
+        super().__init__()
+        if str(protocol) not in _PROTOCOLS:
+            raise ValueError(f"unknown MQTT protocol {protocol!r}: use '5' or '3.1.1'")
+        if not 1 <= max_inflight <= 65535 or not 1 <= receive_maximum <= 65535:
+            raise ValueError("max_inflight and receive_maximum must be between 1 and 65535")
+        self.host = host
+        self.tls = tls or bool(tls_ca or tls_cert)
+        self.port = port or (8883 if self.tls else 1883)
+        self.client_id = client_id or default_client_id()
+        self.username = username
+        self.password = password
+        self.tls_ca = tls_ca
+        self.tls_cert = tls_cert
+        self.tls_key = tls_key
+        self.tls_insecure = tls_insecure
+        self.protocol = _PROTOCOLS[str(protocol)]
+        self.keepalive = keepalive
+        self.session_expiry = session_expiry
+        self.max_inflight = max_inflight
+        self.receive_maximum = receive_maximum
+        self.max_backlog = max_backlog
+        self.max_backlog_bytes = max_backlog_bytes
+        self.dedup_window = dedup_window
+        self.close_timeout = close_timeout
+        self.connect_timeout = connect_timeout
+        self.operation_timeout = operation_timeout
+        self.reconnect_min = reconnect_min
+        self.reconnect_max = reconnect_max
+        self.inline_images = inline_images
+        self.max_bytes = max_bytes
+        self.resolve_image = resolve_image
+
+        self._filters: dict[str, _Filter] = {}
+        self._pending: OrderedDict[int, _Outgoing] = OrderedDict()
+        self._unsent: deque[int] = deque()
+        self._seq = 0
+        self._inflight = 0
+        self._window = max_inflight
+        self._space_waiters: deque[asyncio.Future[None]] = deque()
+        self._drain_waiters: list[asyncio.Future[None]] = []
+        self._pump_scheduled = False
+        self._seen: OrderedDict[tuple[str, str], bool] = OrderedDict()
+        self._inbox: deque[tuple[_Connection, paho_mqtt.MQTTMessage]] = deque()
+        self._inbox_bytes = 0
+        self._inbox_waiter: asyncio.Future[None] | None = None
+        self._conn: _Connection | None = None
+        self._generation = 0
+        self._ever_connected = False
+        self._connected = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._closing: asyncio.Future[None] | None = None
+        self._last_error: BaseException | None = None
+        self._plain_properties: Properties | None = None
+
+    # -- construction ---------------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MqttBus:
+        """``mqtt://[user:pass@]host[:port][?option=value&...]``, ``mqtts://`` for TLS.
+
+        Query options: ``client_id``, ``protocol``, ``keepalive``, ``session_expiry``,
+        ``max_inflight``, ``receive_maximum``, ``ca``, ``cert``, ``key``, ``insecure``;
+        keyword ``options`` override them.
+        """
+        parsed = urlparse(url)
+        if parsed.scheme not in ("mqtt", "mqtts"):
+            raise ValueError(f"{url!r} is not an mqtt:// or mqtts:// URL")
+        if not parsed.hostname:
+            raise ValueError(f"{url!r} has no host")
+        kwargs: dict[str, Any] = {"host": parsed.hostname, "tls": parsed.scheme == "mqtts"}
+        if parsed.port:
+            kwargs["port"] = parsed.port
+        if parsed.username:
+            kwargs["username"] = unquote(parsed.username)
+        if parsed.password:
+            kwargs["password"] = unquote(parsed.password)
+        names = {
+            "client_id": ("client_id", str),
+            "protocol": ("protocol", str),
+            "keepalive": ("keepalive", int),
+            "session_expiry": ("session_expiry", int),
+            "max_inflight": ("max_inflight", int),
+            "receive_maximum": ("receive_maximum", int),
+            "ca": ("tls_ca", str),
+            "cafile": ("tls_ca", str),
+            "cert": ("tls_cert", str),
+            "certfile": ("tls_cert", str),
+            "key": ("tls_key", str),
+            "keyfile": ("tls_key", str),
+            "insecure": ("tls_insecure", _truthy),
+        }
+        for name, values in parse_qs(parsed.query, keep_blank_values=True).items():
+            if name not in names:
+                raise ValueError(
+                    f"unknown option {name!r} in {url!r}; known: {', '.join(sorted(names))}"
+                )
+            target, convert = names[name]
+            try:
+                kwargs[target] = convert(values[-1])
+            except ValueError:
+                raise ValueError(f"option {name}={values[-1]!r} in {url!r} is invalid") from None
+        kwargs.update(options)
+        return cls(**kwargs)
+
+    @property
+    def url(self) -> str:
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    @property
+    def pending(self) -> int:
+        """Publishes not yet acknowledged by the broker."""
+        return len(self._pending)
+
+    @property
+    def backlog(self) -> int:
+        """Messages received from the broker and not yet in the local mailboxes (unacknowledged)."""
+        return len(self._inbox)
+
+    def __repr__(self) -> str:
+        state = "connected" if self.connected else "closed" if self.closed else "disconnected"
+        return f"<MqttBus {self.url} {self.client_id} {state}>"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, timeout: float | None = None) -> Self:
+        """Start the connection loop and wait (``connect_timeout``) for the first connection."""
+        self._ensure_started()
+        await self.wait_connected(self.connect_timeout if timeout is None else timeout)
+        return self
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        """Wait until the bus is connected; raises :class:`MqttConnectError` after ``timeout``."""
+        self._ensure_started()
+        try:
+            await asyncio.wait_for(self._connected.wait(), timeout)
+        except TimeoutError:
+            raise MqttConnectError(
+                f"no connection to {self.url} after {timeout} s: {self._last_error or 'no answer'}"
+            ) from None
+
+    async def __aenter__(self) -> Self:
+        try:
+            return await self.start()
+        except BaseException:
+            await self.close()
+            raise
+
+    def _ensure_started(self) -> None:
+        if self._runner is not None:
+            return
+        if self.closed:
+            raise BusClosed("bus is closed")
+        loop = asyncio.get_running_loop()
+        self._closing = loop.create_future()
+        self._runner = loop.create_task(self._run(), name=f"mqtt-connection {self.client_id}")
+        self._reader = loop.create_task(self._read_loop(), name=f"mqtt-reader {self.client_id}")
+
+    async def close(self) -> None:
+        """Wait (``close_timeout``) for unacknowledged publishes, then disconnect."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._runner is not None and self._pending:
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            self._drain_waiters.append(waiter)
+            try:
+                await asyncio.wait_for(waiter, self.close_timeout)
+            except TimeoutError:
+                log.warning(
+                    "closing %s with %d publishes the broker has not acknowledged",
+                    self.client_id,
+                    len(self._pending),
+                )
+        if self._closing is not None and not self._closing.done():
+            self._closing.set_result(None)
+        if self._runner is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._runner), self.operation_timeout)
+            except (TimeoutError, Exception):
+                self._runner.cancel()
+                with contextlib.suppress(BaseException):
+                    await self._runner
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(BaseException):
+                await self._reader
+        for waiter in self._space_waiters:
+            if not waiter.done():
+                waiter.set_exception(BusClosed("bus is closed"))
+        self._space_waiters.clear()
+        for state in self._filters.values():
+            if not state.ready.done():
+                state.ready.cancel()
+        self._filters.clear()
+        await super().close()
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    async def publish(self, topic: str, message: Message, *, qos: int = 1) -> None:
+        """Deliver to this process's subscribers and send to the broker (QoS 1: until acked).
+
+        Returns once the message is in every local mailbox and on its way to the broker; waits
+        while ``max_inflight`` publishes are unacknowledged (also while disconnected).
+        """
+        if self.closed:
+            raise BusClosed("bus is closed")
+        topics.check_topic(topic)
+        if qos not in (0, 1, 2):
+            raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
+        payload = encode(message, inline_images=self.inline_images, max_bytes=self.max_bytes)
+        self._ensure_started()
+        while len(self._pending) >= self.max_inflight:
+            await self._wait_for_space()
+            if self.closed:
+                raise BusClosed("bus is closed")
+        if self.protocol != ProtocolVersion.V5:
+            self._remember((topic, message.id), own=True)  # no no_local: the broker echoes it
+        self._seq += 1
+        self._pending[self._seq] = _Outgoing(topic, payload, qos, self._properties(message))
+        self._unsent.append(self._seq)
+        self._pump()
+        self.stats.published += 1
+        await self.deliver_local(topic, message)
+
+    def _properties(self, message: Message) -> Properties | None:
+        if self.protocol != ProtocolVersion.V5:
+            return None
+        if message.traceparent is None:
+            if self._plain_properties is None:
+                props = Properties(PacketTypes.PUBLISH)
+                props.ContentType = CONTENT_TYPE
+                self._plain_properties = props
+            return self._plain_properties
+        props = Properties(PacketTypes.PUBLISH)
+        props.ContentType = CONTENT_TYPE
+        props.UserProperty = [("traceparent", message.traceparent)]
+        return props
+
+    async def _wait_for_space(self) -> None:
+        conn = self._conn
+        if conn is not None and conn.paused:
+            self._resume_reading(conn)  # the PUBACKs we wait for come on that socket
+        waiter = asyncio.get_running_loop().create_future()
+        self._space_waiters.append(waiter)
+        try:
+            await waiter
+        except BaseException:
+            if waiter in self._space_waiters:
+                self._space_waiters.remove(waiter)
+            elif not waiter.cancelled() and waiter.exception() is None:
+                self._wake_publisher()  # pass the room it was given on
+            raise
+
+    def _wake_publisher(self) -> None:
+        while self._space_waiters:
+            waiter = self._space_waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _pump(self) -> None:
+        """Send unsent messages, in order, while the window has room."""
+        conn = self._conn
+        if conn is None:
+            return
+        paho = conn.paho
+        while self._unsent and self._inflight < self._window:
+            seq = self._unsent[0]
+            entry = self._pending.get(seq)
+            if entry is None:
+                self._unsent.popleft()
+                continue
+            info = paho.publish(entry.topic, entry.payload, entry.qos, properties=entry.properties)
+            if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
+                return  # the connection is going down: the next one sends it
+            self._unsent.popleft()
+            if entry.sent:
+                self.stats.resent += 1
+            entry.sent = True
+            if entry.qos == 0:
+                del self._pending[seq]
+                self._freed()
+            else:
+                conn.mids[info.mid] = seq
+                self._inflight += 1
+
+    def _schedule_pump(self) -> None:
+        if not self._pump_scheduled:
+            self._pump_scheduled = True
+            asyncio.get_running_loop().call_soon(self._run_pump)
+
+    def _run_pump(self) -> None:
+        self._pump_scheduled = False
+        self._pump()
+
+    def _freed(self) -> None:
+        self._wake_publisher()
+        if not self._pending:
+            for waiter in self._drain_waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            self._drain_waiters.clear()
+
+    def _on_puback(
+        self,
+        conn: _Connection,
+        _client: object,
+        _userdata: object,
+        mid: int,
+        reason_code: ReasonCode,
+        _properties: object,
+    ) -> None:
+        seq = conn.mids.pop(mid, None)
+        if seq is None:
+            return  # QoS 0, or a message of an earlier connection
+        if conn is self._conn:
+            self._inflight -= 1
+        entry = self._pending.pop(seq, None)
+        if entry is not None and reason_code.is_failure:
+            self.stats.rejected += 1
+            log.warning("the broker refused a message on %s: %s", entry.topic, reason_code)
+        self._freed()
+        self._schedule_pump()
+
+    # -- subscriptions --------------------------------------------------------------------------
+
+    def _on_subscribe(self, sub: Subscription) -> None:
+        if sub.filter.startswith("$share/"):
+            self.router.remove(sub)
+            raise NotImplementedError("shared subscriptions ($share/...) are not supported yet")
+        state = self._filters.get(sub.filter)
+        if state is None:
+            self._ensure_started()
+            ready = asyncio.get_running_loop().create_future()
+            ready.add_done_callback(_retrieve)
+            state = self._filters[sub.filter] = _Filter(ready)
+            conn = self._conn
+            if conn is not None:
+                conn.spawn(self._broker_subscribe(conn, [(sub.filter, state)]))
+        sub._ready = state.ready
+
+    async def _unsubscribe(self, sub: Subscription) -> None:
+        self.router.remove(sub)
+        state = self._filters.get(sub.filter)
+        if state is None or self.router.count(sub.filter):
+            return
+        del self._filters[sub.filter]
+        if not state.ready.done():
+            state.ready.cancel()
+        conn = self._conn
+        if conn is not None:
+            conn.spawn(self._broker_unsubscribe(conn, sub.filter))
+
+    async def _broker_subscribe(
+        self, conn: _Connection, filters: list[tuple[str, _Filter]]
+    ) -> None:
+        if self.protocol == ProtocolVersion.V5:
+            options: SubscribeOptions | int = SubscribeOptions(qos=1, noLocal=True)
+        else:
+            options = 1
+        for start in range(0, len(filters), _SUBSCRIBE_BATCH):
+            batch = filters[start : start + _SUBSCRIBE_BATCH]
+            request = [(f, options) for f, _ in batch]
+            try:
+                codes = await conn.client.subscribe(request, timeout=self.operation_timeout)  # type: ignore[arg-type]
+            except MqttError as exc:
+                log.warning("subscribing to %d filters failed: %s", len(batch), exc)
+                return  # the next connection subscribes again
+            for (topic_filter, state), code in zip(batch, codes, strict=False):
+                if self._filters.get(topic_filter) is not state or state.ready.done():
+                    continue
+                failed = code.is_failure if isinstance(code, ReasonCode) else code == 0x80
+                if failed:
+                    state.ready.set_exception(
+                        ConnectionError(
+                            f"the broker refused the subscription {topic_filter!r}: {code}"
+                        )
+                    )
+                else:
+                    state.ready.set_result(None)
+
+    async def _broker_unsubscribe(self, conn: _Connection, topic_filter: str) -> None:
+        try:
+            await conn.client.unsubscribe(topic_filter, timeout=self.operation_timeout)
+        except MqttError as exc:
+            log.debug("unsubscribing from %s failed: %s", topic_filter, exc)
+
+    # -- receiving ------------------------------------------------------------------------------
+
+    def _on_paho_message(
+        self, conn: _Connection, _client: object, _userdata: object, message: paho_mqtt.MQTTMessage
+    ) -> None:
+        self._inbox.append((conn, message))
+        self._inbox_bytes += len(message.payload)
+        waiter = self._inbox_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if (
+            not conn.paused
+            and not self._space_waiters
+            and (
+                len(self._inbox) >= self.max_backlog or self._inbox_bytes >= self.max_backlog_bytes
+            )
+        ):
+            self._pause_reading(conn)
+
+    # A broker that honours our Receive Maximum never lets the backlog pass it; Mosquitto 2.0.11
+    # releases up to Receive Maximum queued messages for every PUBACK (eclipse/mosquitto#2301),
+    # so under sustained overload the backlog would grow to the broker's whole queue. Past
+    # max_backlog the bus stops reading its socket, and TCP flow control holds the broker.
+    # It reads again when the backlog halves, or at once when a publisher of this bus waits for
+    # PUBACKs (which arrive on the same socket).
+
+    def _pause_reading(self, conn: _Connection) -> None:
+        sock = conn.paho.socket()
+        if sock is None:
+            return
+        asyncio.get_running_loop().remove_reader(sock.fileno())
+        conn.paused = True
+        log.debug(
+            "%s: %d messages waiting for mailboxes; reading paused",
+            self.client_id,
+            len(self._inbox),
+        )
+
+    def _resume_reading(self, conn: _Connection) -> None:
+        conn.paused = False
+        sock = conn.paho.socket()
+        if sock is None or conn is not self._conn or sock.fileno() < 0:
+            return
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._socket_readable, conn)
+
+    def _socket_readable(self, conn: _Connection) -> None:
+        """What aiomqtt's reader does: let paho read (draining TLS buffers), fail on errors."""
+        paho = conn.paho
+        try:
+            while True:
+                paho.loop_read()
+                sock = paho._sock
+                if sock is not None and hasattr(sock, "pending") and sock.pending() > 0:
+                    continue
+                break
+        except Exception as exc:
+            disconnected = conn.client._disconnected
+            if not disconnected.done():
+                disconnected.set_exception(exc)
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        inbox = self._inbox
+        while True:
+            if not inbox:
+                self._inbox_waiter = loop.create_future()
+                try:
+                    await self._inbox_waiter
+                finally:
+                    self._inbox_waiter = None
+                continue
+            conn, message = inbox.popleft()
+            self._inbox_bytes -= len(message.payload)
+            if (
+                conn.paused
+                and len(inbox) <= self.max_backlog // 2
+                and self._inbox_bytes <= self.max_backlog_bytes // 2
+            ):
+                self._resume_reading(conn)
+            try:
+                await self._dispatch(message)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("delivering a message from %s failed", self.url)
+            if message.qos and conn.paho.is_connected():
+                conn.paho.ack(message.mid, message.qos)
+
+    async def _dispatch(self, raw: paho_mqtt.MQTTMessage) -> None:
+        try:
+            topic = raw.topic
+        except UnicodeDecodeError:
+            self.stats.count_malformed("bad_topic")
+            log.warning("dropped a message whose topic is not UTF-8: %r", raw._topic)
+            return
+        try:
+            message = decode(
+                raw.payload, max_bytes=self.max_bytes, resolve_image=self.resolve_image
+            )
+        except CodecError as exc:
+            self.stats.count_malformed(exc.reason)
+            log.warning("dropped a malformed payload on %s: %s", topic, exc)
+            return
+        key = (topic, message.id)
+        own = self._seen.get(key)
+        if own is not None:
+            self._seen.move_to_end(key)
+            if not own:
+                self.stats.duplicates += 1
+            return
+        self._remember(key, own=False)
+        await self.deliver_local(topic, message)
+
+    def _remember(self, key: tuple[str, str], *, own: bool) -> None:
+        self._seen[key] = own
+        if len(self._seen) > self.dedup_window:
+            self._seen.popitem(last=False)
+
+    # -- the connection loop --------------------------------------------------------------------
+
+    def _client(self, conn_box: list[_Connection]) -> aiomqtt.Client:
+        v5 = self.protocol == ProtocolVersion.V5
+        properties = None
+        if v5:
+            properties = Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = self.session_expiry
+            properties.ReceiveMaximum = self.receive_maximum
+        client = aiomqtt.Client(
+            self.host,
+            self.port,
+            username=self.username,
+            password=self.password,
+            identifier=self.client_id,
+            protocol=self.protocol,
+            clean_session=None if v5 else True,
+            clean_start=not self._ever_connected,
+            keepalive=self.keepalive,
+            timeout=self.operation_timeout,
+            max_inflight_messages=0,  # parley's own window (see _pump) decides
+            properties=properties,
+            tls_context=self._tls_context(),
+            tls_insecure=True if self.tls and self.tls_insecure else None,
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+            logger=logging.getLogger("parley.bus.mqtt.client"),
+        )
+        client.pending_calls_threshold = 1_000_000
+        self._generation += 1
+        conn = _Connection(client, self._generation)
+        conn_box.append(conn)
+        paho = client._client
+        paho.manual_ack_set(True)
+        paho.on_message = lambda c, u, m: self._on_paho_message(conn, c, u, m)
+        paho.on_publish = lambda c, u, mid, rc, p: self._on_puback(conn, c, u, mid, rc, p)
+        aiomqtt_on_connect = paho.on_connect
+
+        def on_connect(c: Any, u: Any, flags: Any, reason: Any, props: Any = None) -> None:
+            if props is not None and hasattr(props, "ReceiveMaximum"):
+                conn.server_receive_maximum = props.ReceiveMaximum
+            aiomqtt_on_connect(c, u, flags, reason, props)
+
+        paho.on_connect = on_connect
+        return client
+
+    def _tls_context(self) -> ssl.SSLContext | None:
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(cafile=self.tls_ca)
+        if self.tls_cert:
+            context.load_cert_chain(self.tls_cert, self.tls_key)
+        if self.tls_insecure:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        return context
+
+    async def _run(self) -> None:
+        assert self._closing is not None
+        delay = self.reconnect_min
+        while not self._closing.done():
+            box: list[_Connection] = []
+            try:
+                client = self._client(box)
+                async with client:
+                    await self._serve(box[0])
+                delay = self.reconnect_min
+            except MqttError as exc:
+                self._last_error = exc
+                log.debug("connection to %s failed: %s", self.url, exc)
+            except Exception as exc:
+                self._last_error = exc
+                log.exception("the connection to %s failed unexpectedly", self.url)
+            if self._closing.done():
+                return
+            pause = delay * (0.5 + random.random())
+            delay = min(delay * 2, self.reconnect_max)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._closing), pause)
+
+    async def _serve(self, conn: _Connection) -> None:
+        assert self._closing is not None
+        if self._ever_connected:
+            self.stats.reconnects += 1
+            log.info("reconnected to %s as %s", self.url, self.client_id)
+        self._ever_connected = True
+        self._conn = conn
+        server_max = conn.server_receive_maximum or 65535
+        self._window = max(1, min(self.max_inflight, server_max))
+        self._inflight = 0
+        self._unsent = deque(self._pending)
+        self._pump()
+        self._connected.set()
+        disconnected = conn.client._disconnected
+        try:
+            filters = list(self._filters.items())
+            if filters:
+                conn.spawn(self._broker_subscribe(conn, filters))
+            await asyncio.wait({disconnected, self._closing}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._conn = None
+            self._connected.clear()
+            for task in list(conn.tasks):
+                task.cancel()
+            if disconnected.done():
+                self._last_error = disconnected.exception()
+                log.warning("lost the connection to %s: %s", self.url, self._last_error)
+            else:
+                await self._disconnect(conn)
+
+    async def _disconnect(self, conn: _Connection) -> None:
+        """Say goodbye; with MQTT 5 also end the session, so the broker stops queueing for us."""
+        properties = None
+        if self.protocol == ProtocolVersion.V5:
+            properties = Properties(PacketTypes.DISCONNECT)
+            properties.SessionExpiryInterval = 0
+        if conn.paho.disconnect(properties=properties) == paho_mqtt.MQTT_ERR_SUCCESS:
+            with contextlib.suppress(TimeoutError, MqttError):
+                await asyncio.wait_for(
+                    asyncio.shield(conn.client._disconnected), self.operation_timeout
+                )
+
+
+def _retrieve(future: asyncio.Future[None]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+def _truthy(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("", "1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
