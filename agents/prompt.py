@@ -41,13 +41,12 @@ class Prompt:
 
     def record(self) -> list[PromptMessage]:
         """The prompt with images by reference, for the transcript."""
-        return [
-            PromptMessage(
-                role=m.role,
-                content=[p.by_reference() if isinstance(p, ImagePart) else p for p in m.content],
-            )
-            for m in self.messages()
-        ]
+        messages = self.messages()
+        for i, m in enumerate(messages):
+            if any(isinstance(p, ImagePart) and p.data is not None for p in m.content):
+                content = [p.by_reference() if isinstance(p, ImagePart) else p for p in m.content]
+                messages[i] = PromptMessage(role=m.role, content=content)
+        return messages
 
     @property
     def text(self) -> str:

@@ -57,7 +57,7 @@ def encode(
     if inline_images:
         payload = message.model_dump_json().encode()
     else:
-        payload = _strip_images(message).model_dump_json().encode()
+        payload = message.model_dump_json(context={"images": "ref"}).encode()
     if len(payload) > max_bytes:
         raise PayloadTooLarge(f"encoded message is {len(payload)} bytes; the limit is {max_bytes}")
     return payload
@@ -125,10 +125,6 @@ def _map_images(message: BaseModel, fn: Callable[[ImagePart], ImagePart]) -> Bas
         return value
 
     return walk(message)  # type: ignore[return-value]
-
-
-def _strip_images(message: BaseModel) -> BaseModel:
-    return _map_images(message, ImagePart.by_reference)
 
 
 def _resolve_images(message: Message, resolve: Callable[[str], bytes | None]) -> Message:

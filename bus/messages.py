@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import os
+import random
 import time
-import uuid
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    TypeAdapter,
+    field_serializer,
+    model_validator,
+)
+
+_ids = random.Random(os.urandom(16))
+# A forked child must not repeat its parent's ids.
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(16)))
 
 
 def new_id() -> str:
-    """A fresh message id (32 hex characters)."""
-    return uuid.uuid4().hex
+    """A fresh random message id (32 hex characters; os.urandom per id is slow on some hosts)."""
+    return f"{_ids.getrandbits(128):032x}"
 
 
 class Visibility(StrEnum):
@@ -45,7 +59,7 @@ class TextPart(BaseModel):
 class ImagePart(BaseModel):
     """An image addressed by the sha256 of its bytes; ``data`` may be absent (sent by reference)."""
 
-    model_config = ConfigDict(frozen=True, ser_json_bytes="base64", val_json_bytes="base64")
+    model_config = ConfigDict(frozen=True, val_json_bytes="base64")
     type: Literal["image"] = "image"
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     media_type: str = "image/png"
@@ -60,6 +74,13 @@ class ImagePart(BaseModel):
             size=len(data),
             data=data,
         )
+
+    @field_serializer("data", when_used="json")
+    def _data_json(self, data: bytes | None, info: SerializationInfo) -> str | None:
+        # ``context={"images": "ref"}`` leaves the bytes out (images sent by reference).
+        if data is None or (info.context and info.context.get("images") == "ref"):
+            return None
+        return base64.b64encode(data).decode("ascii")
 
     @model_validator(mode="after")
     def _check_data(self) -> ImagePart:

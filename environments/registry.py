@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from environments.base import GameMaster, PlayFn
@@ -52,6 +53,7 @@ def register(info: GameInfo) -> GameInfo:
     return info
 
 
+@cache
 def _load_families() -> None:
     for module in FAMILIES:
         try:

@@ -388,14 +388,8 @@ class EpisodeRunner:
             tokens["output"] += response.usage.output_tokens
             source = response.usage.source
         else:
+            # Without a backend's usage only what the role wrote is counted (COMMA's measure).
             tokens["output"] += count_tokens(response.text)
-            if response.prompt:
-                tokens["input"] += sum(
-                    count_tokens(p.text)
-                    for m in response.prompt
-                    for p in m.content
-                    if isinstance(p, TextPart)
-                )
             source = "counted"
         previous = self.result.token_source.get(role)
         self.result.token_source[role] = source if previous in (None, source) else "mixed"

@@ -41,12 +41,18 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 
 class RunFolder:
     """One run's folder. ``episodes.jsonl`` gets a line per finished episode, written and
-    fsynced before the episode counts; on resume, finished episodes are skipped."""
+    fsynced before the episode counts; on resume, finished episodes are skipped.
+
+    Transcripts are appended to one ``transcripts.jsonl`` (a message a line, each naming its
+    episode); an episode's record gives the byte range of its transcript there. One file
+    instead of one per episode: creating thousands of small files costs far more than
+    appending the same bytes.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.episodes = self.path / "episodes.jsonl"
-        self.transcripts = self.path / "transcripts"
+        self.transcripts = self.path / "transcripts.jsonl"
         self.images = self.path / "images"
         self._known_images: set[str] = set()
 
@@ -84,7 +90,6 @@ class RunFolder:
         (folder.path / "config.yaml").write_text(
             yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
         )
-        folder.transcripts.mkdir(exist_ok=True)
         folder.images.mkdir(exist_ok=True)
         folder._known_images = {p.stem for p in folder.images.glob("*.png")}
         return folder
@@ -110,35 +115,62 @@ class RunFolder:
         os.replace(tmp, self.episodes)
 
     def iter_transcript(self, episode: str) -> Iterator[dict[str, Any]]:
-        path = self.transcripts / f"{episode}.jsonl"
-        for line in path.read_text(encoding="utf-8").splitlines():
-            yield json.loads(line)
+        """Every message of ``episode`` in order, as JSON objects (images by sha256)."""
+        where = next((r.get("transcript") for r in self.records() if r["episode"] == episode), None)
+        with self.transcripts.open("rb") as f:
+            if where:
+                f.seek(where["offset"])
+                lines = f.read(where["length"]).splitlines()
+            else:  # not finished (e.g. cancelled): scan for its messages
+                lines = [line for line in f if episode.encode() in line]
+        for line in lines:
+            message = json.loads(line)
+            if message.get("episode") == episode:
+                yield message
 
     def image_path(self, sha256: str) -> Path:
         return self.images / f"{sha256}.png"
 
 
 class ResultWriter:
-    """Writes finished episodes in batches off the event loop; ``await write(result)`` returns
-    once its line is on disk (fsynced)."""
+    """Writes finished episodes; ``await write(result)`` returns once its line is fsynced.
+
+    Transcripts, images and the record line are written on the event loop (page-cache writes
+    take microseconds; a writer thread would convoy on the GIL); only ``fsync`` runs in a
+    thread, once per batch of whatever finished meanwhile.
+    """
 
     def __init__(self, folder: RunFolder, run: str) -> None:
         self.folder = folder
         self.run = run
-        self._pending: list[tuple[EpisodeResult, asyncio.Future[None]]] = []
+        self._pending: list[asyncio.Future[None]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._file = folder.episodes.open("a", encoding="utf-8")
+        self._transcripts = folder.transcripts.open("ab")
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="result-writer")
 
     async def write(self, result: EpisodeResult) -> None:
+        self._write(result)
         future = asyncio.get_running_loop().create_future()
-        self._pending.append((result, future))
+        self._pending.append(future)
         self._wake.set()
         await future
+
+    def _write(self, result: EpisodeResult) -> None:
+        for sha, data in result.images.items():
+            if sha not in self.folder._known_images:
+                self.folder.image_path(sha).write_bytes(data)
+                self.folder._known_images.add(sha)
+        lines = b"".join(encode(m, inline_images=False) + b"\n" for m in result.transcript)
+        offset = self._transcripts.tell()
+        self._transcripts.write(lines)
+        record = result.record(self.run)
+        record["transcript"] = {"offset": offset, "length": len(lines)}
+        self._file.write(json.dumps(record) + "\n")
 
     async def _loop(self) -> None:
         while True:
@@ -147,28 +179,22 @@ class ResultWriter:
             batch, self._pending = self._pending, []
             if batch:
                 try:
-                    await asyncio.to_thread(self._write_batch, [r for r, _ in batch])
+                    self._transcripts.flush()
+                    self._file.flush()
+                    await asyncio.to_thread(self._sync)
                 except BaseException as exc:
-                    for _, future in batch:
+                    for future in batch:
                         if not future.done():
                             future.set_exception(exc)
                     raise
-                for _, future in batch:
+                for future in batch:
                     if not future.done():
                         future.set_result(None)
             if self._closing and not self._pending:
                 return
 
-    def _write_batch(self, results: list[EpisodeResult]) -> None:
-        for result in results:
-            for sha, data in result.images.items():
-                if sha not in self.folder._known_images:
-                    self.folder.image_path(sha).write_bytes(data)
-                    self.folder._known_images.add(sha)
-            lines = b"".join(encode(m, inline_images=False) + b"\n" for m in result.transcript)
-            (self.folder.transcripts / f"{result.spec.id}.jsonl").write_bytes(lines)
-        self._file.write("".join(json.dumps(r.record(self.run)) + "\n" for r in results))
-        self._file.flush()
+    def _sync(self) -> None:
+        os.fsync(self._transcripts.fileno())
         os.fsync(self._file.fileno())
 
     async def close(self) -> None:
@@ -177,3 +203,4 @@ class ResultWriter:
         if self._task is not None:
             await self._task
         self._file.close()
+        self._transcripts.close()

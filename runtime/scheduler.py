@@ -75,25 +75,31 @@ class Scheduler:
     async def run(self, parent: trace.Span | None = None) -> None:
         queue = iter(self.specs)
 
-        async def worker() -> None:
-            for spec in queue:
-                if self.stopping:
-                    return
-                await self._play(spec, parent)
+        async with anyio.create_task_group() as recording:
 
-        async with anyio.create_task_group() as tg:
-            for _ in range(min(self.concurrency, len(self.specs))):
-                tg.start_soon(worker)
+            async def worker() -> None:
+                for spec in queue:
+                    if self.stopping:
+                        return
+                    result = await self._play(spec, parent)
+                    # The slot is free once the episode ends; it counts once it is on disk.
+                    recording.start_soon(self._record, result)
 
-    async def _play(self, spec: EpisodeSpec, parent: trace.Span | None) -> None:
+            async with anyio.create_task_group() as tg:
+                for _ in range(min(self.concurrency, len(self.specs))):
+                    tg.start_soon(worker)
+
+    async def _play(self, spec: EpisodeSpec, parent: trace.Span | None) -> EpisodeResult:
         runner = EpisodeRunner(spec, self.bus, self.host, self.options)
         self._running.add(runner)
         self.progress.running += 1
         try:
-            result = await runner.run(parent)
+            return await runner.run(parent)
         finally:
             self._running.discard(runner)
             self.progress.running -= 1
+
+    async def _record(self, result: EpisodeResult) -> None:
         await self.writer.write(result)
         progress = self.progress
         progress.done += 1

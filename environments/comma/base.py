@@ -3,6 +3,7 @@ manual, and a game master that runs the paper's turn protocol (seed 001)."""
 
 from __future__ import annotations
 
+import json
 import random
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
@@ -22,7 +23,8 @@ the expert as a message.
 act when you are sure; a wrong action counts as a mistake.
 
 A reply that mixes actions and other text is treated as a message, and no action is taken. \
-After you act, you are told whether each action worked. Write only the solver's part."""
+After you act, you are told whether each action worked; after a mistake the rest of that \
+reply's actions are not carried out. Write only the solver's part."""
 
 EXPERT_SYSTEM = """\
 You are the expert in a two-player cooperative puzzle game. Your partner, the solver, can see \
@@ -34,8 +36,8 @@ MANUAL
 {manual}"""
 
 PRIVACY_NOTE = (
-    "Some of what you see is private to you: {facts}. Never reveal it to the expert, in any "
-    "form; the expert can help you without it."
+    "Some of what you know is private to you: {facts}. Never reveal it to the expert, in any "
+    "form (not even in part or in other words); the expert can help you without it."
 )
 
 
@@ -50,11 +52,16 @@ class Puzzle(ABC):
     title: ClassVar[str]
     manual: ClassVar[str]
     multi_step: ClassVar[bool] = False
+    # What the controls do, as anyone looking at the puzzle would see (not the manual's rules).
+    controls: ClassVar[str] = ""
+    # Settings of this puzzle beyond the loop's own (max_turns, max_mistakes, variant).
+    settings: ClassVar[dict[str, Any]] = {}
 
     def __init__(self) -> None:
         self.instance: dict[str, Any] = {}
         self.solved = False
         self.progress = 0.0
+        self._rendered: tuple[str, bytes] | None = None
 
     @classmethod
     @abstractmethod
@@ -84,7 +91,20 @@ class Puzzle(ABC):
         """Carry out one legal action."""
 
     def private_facts(self) -> dict[str, str]:
+        """Facts the solver holds and must not disclose, by name (values as shown to it)."""
         return {}
+
+    def privacy_note(self) -> str:
+        """How the solver's system prompt names its private facts (values it knows upfront)."""
+        return "; ".join(k.replace("_", " ") for k in self.private_facts())
+
+    def public_action(self, action: str) -> str:
+        """How ``action`` reads to the expert, in the current state (before it is applied).
+
+        The expert hears the solver's action lines, as in the paper's shared conversation;
+        a puzzle hides what would disclose a private fact (an ATM's PIN keys).
+        """
+        return action
 
     # Environment protocol -----------------------------------------------------------------
 
@@ -94,7 +114,12 @@ class Puzzle(ABC):
             text = f"{self.title}\n{self.describe()}\n\nPossible actions: {actions}"
             return Observation(text=text, data=self.visible())
         text = f"{self.title}: the image shows the puzzle.\nPossible actions: {actions}"
-        return Observation(text=text, images=[self.render()], data=self.visible())
+        visible = self.visible()
+        # The picture is a function of what is visible: render again only when that changed.
+        key = json.dumps(visible, sort_keys=True)
+        if self._rendered is None or self._rendered[0] != key:
+            self._rendered = (key, self.render())
+        return Observation(text=text, images=[self._rendered[1]], data=visible)
 
     def step(self, role: str, action: str) -> StepResult:
         return self.apply(action)
@@ -114,9 +139,12 @@ class Puzzle(ABC):
 class CommaGameMaster(GameMaster):
     """Each turn the solver acts (action lines) or speaks; the expert answers what it heard.
 
-    Feedback on actions goes to the solver only. The episode is lost after ``max_turns``
-    solver turns or ``max_mistakes`` mistakes, and won as soon as the puzzle is solved.
-    Settings: ``max_turns`` (10), ``max_mistakes`` (3), ``variant`` (``image`` or ``text``).
+    Feedback on actions goes to the solver only. Actions run in order; after a mistake the
+    rest of the reply is skipped (later lines were planned for a state that no longer holds).
+    The episode is lost after ``max_turns`` solver turns or ``max_mistakes`` mistakes, and won
+    as soon as the puzzle is solved.
+    Settings: ``max_turns`` (10), ``max_mistakes`` (3), ``variant`` (``image`` or ``text``),
+    plus the puzzle's own (:attr:`Puzzle.settings`).
     """
 
     roles = ("solver", "expert")
@@ -138,10 +166,9 @@ class CommaGameMaster(GameMaster):
     def system_prompt(self, role: str) -> str:
         if role == "expert":
             return EXPERT_SYSTEM.format(manual=self.puzzle.manual)
-        facts = self.puzzle.private_facts()
-        if facts:
-            listed = "; ".join(f"{k.replace('_', ' ')}" for k in facts)
-            return f"{SOLVER_SYSTEM}\n\n{PRIVACY_NOTE.format(facts=listed)}"
+        if self.puzzle.private_facts():
+            note = PRIVACY_NOTE.format(facts=self.puzzle.privacy_note())
+            return f"{SOLVER_SYSTEM}\n\n{note}"
         return SOLVER_SYSTEM
 
     def whose_turn(self) -> str | None:
@@ -169,15 +196,19 @@ class CommaGameMaster(GameMaster):
         if actions is None:
             self.say("solver", "expert", text)
         else:
-            self._act(actions)
-            # The expert hears what the solver did, as in the paper's shared conversation.
-            self.say("solver", "expert", text)
+            heard = self._act(actions)
+            # The expert hears what the solver did, as in the paper's shared conversation,
+            # with anything private (PIN keys) hidden by the puzzle.
+            self.say("solver", "expert", "\n".join(heard))
         if self.outcome is None and self.turn >= self.max_turns:
             self.end("lost", f"no solution within {self.max_turns} turns")
         self._next = "expert"
 
-    def _act(self, actions: list[str]) -> None:
-        for action in actions:
+    def _act(self, actions: list[str]) -> list[str]:
+        """Carry out ``actions`` in order; returns the lines as the expert hears them."""
+        heard: list[str] = []
+        for i, action in enumerate(actions):
+            heard.append(self.puzzle.public_action(action))
             if action not in self.puzzle.legal_actions():
                 self.give_feedback("solver", f"{action}: not available now")
                 continue
@@ -185,14 +216,23 @@ class CommaGameMaster(GameMaster):
             self.actions_taken += 1
             self.record_action("solver", action, result)
             self.give_feedback("solver", f"{action}: {result.feedback}")
+            stop = False
             if result.mistake:
                 self.mistakes += 1
+                stop = True
                 if self.mistakes >= self.max_mistakes:
                     self.end("lost", f"{self.mistakes} mistakes")
-                    return
-            if self.puzzle.done:
+                elif i + 1 < len(actions):
+                    skipped = ", ".join(actions[i + 1 :])
+                    self.give_feedback("solver", f"not carried out after the mistake: {skipped}")
+            elif self.puzzle.done:
                 self.end("success", "puzzle solved")
-                return
+                stop = True
+            if stop:
+                # The rest was written but not done; the expert still hears it (hidden as needed).
+                heard += [self.puzzle.public_action(a) for a in actions[i + 1 :]]
+                break
+        return heard
 
     def scores(self) -> dict[str, float | None]:
         base = self.puzzle.score()

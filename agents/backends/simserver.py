@@ -1,0 +1,720 @@
+"""``parley sim-server``: a stand-in model server over real HTTP, for tests and benchmarks.
+
+It speaks OpenAI chat completions (``POST /v1/chat/completions``, streamed or not) and Anthropic
+messages (``POST /v1/messages``, streamed or not), answers ``GET /health`` and ``GET /v1/models``,
+and behaves like a batched GPU server: each sequence waits ``ttft_s`` for its first token, then
+produces ``tokens_per_s`` tokens a second, and at most ``max_seqs`` sequences run at once (the
+rest queue). Replies are configurable per model (fixed, cycling, from a file, the k-th reply of a
+conversation, or chosen by regular expressions on the last user message), and faults can be
+injected (429 with Retry-After, 500, 503, hangs, truncated bodies, garbage, dropped connections).
+
+Control while it runs: ``GET /sim/stats`` (counters), ``POST /sim/config`` (replace parts of the
+config, e.g. faults), ``POST /sim/reset`` (zero the counters).
+
+Start it as its own process (``python -m agents.backends.simserver --port 0``, or
+:class:`SimServerProcess`); it prints ``listening on http://HOST:PORT`` once it accepts requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agents.tokens import count_tokens
+
+IMAGE_TOKENS = 85  # what one image counts for in the reported usage
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Latency(_Strict):
+    """A batched server: ``ttft_s`` to the first token, then ``tokens_per_s`` per sequence
+    (0: the whole reply at once), at most ``max_seqs`` sequences at once, ``jitter_s`` of
+    uniform noise added to the first token."""
+
+    ttft_s: float = Field(default=0.0, ge=0.0)
+    tokens_per_s: float = Field(default=0.0, ge=0.0)
+    max_seqs: int = Field(default=1024, ge=1)
+    jitter_s: float = Field(default=0.0, ge=0.0)
+
+
+class Rule(_Strict):
+    """If ``match`` (a regular expression) is found in the last user message, reply
+    ``reply``; ``\\1`` or ``\\g<name>`` in the reply insert the match's groups."""
+
+    match: str
+    reply: str
+
+    @field_validator("match")
+    @classmethod
+    def _compiles(cls, value: str) -> str:
+        re.compile(value)
+        return value
+
+
+class Replies(_Strict):
+    """How a model replies, tried in this order: the first matching ``rules`` entry; else the
+    k-th of ``turns`` (k = assistant messages already in the conversation; the last repeats);
+    else the next of ``cycle`` / the blocks of ``file`` (round robin over requests); else
+    ``text``."""
+
+    text: str = "OK"
+    cycle: list[str] = Field(default_factory=list)
+    file: str | None = None
+    turns: list[str] = Field(default_factory=list)
+    rules: list[Rule] = Field(default_factory=list)
+
+
+class Fault(_Strict):
+    """A fault injected into a share of requests.
+
+    ``rate``: probability per request; ``first``: only the first n requests (per kind) are
+    eligible; ``models``: only requests for these model names. Kinds: ``rate_limit`` (429 with
+    Retry-After), ``overloaded`` (503 with Retry-After), ``server_error`` (500), ``timeout``
+    (no answer for ``hang_s``), ``truncated`` (the body stops half-way), ``garbage`` (200 with a
+    body that is not JSON), ``disconnect`` (the connection is closed without an answer).
+    """
+
+    kind: Literal[
+        "rate_limit",
+        "overloaded",
+        "server_error",
+        "timeout",
+        "truncated",
+        "garbage",
+        "disconnect",
+    ]
+    rate: float = Field(default=1.0, ge=0.0, le=1.0)
+    first: int | None = Field(default=None, ge=0)
+    models: list[str] = Field(default_factory=list)
+    retry_after_s: float | None = 1.0
+    hang_s: float = Field(default=60.0, ge=0.0)
+
+
+class SimConfig(_Strict):
+    """The whole server: latency model, replies (default and per model name), faults, and an
+    optional API key that requests must carry (read from the environment variable named)."""
+
+    latency: Latency = Field(default_factory=Latency)
+    replies: Replies = Field(default_factory=Replies)
+    models: dict[str, Replies] = Field(default_factory=dict)
+    faults: list[Fault] = Field(default_factory=list)
+    api_key_env: str | None = None
+    healthy: bool = True
+    seed: int = 0
+
+
+def load_sim_config(source: str | Path | dict[str, Any] | None) -> SimConfig:
+    if source is None:
+        return SimConfig()
+    if isinstance(source, dict):
+        return SimConfig.model_validate(source)
+    return SimConfig.model_validate(yaml.safe_load(Path(source).read_text()) or {})
+
+
+def _read_reply_file(path: str) -> list[str]:
+    """A JSON list of strings, or blocks of text separated by lines holding only ``---``."""
+    text = Path(path).read_text(encoding="utf-8")
+    if text.lstrip().startswith("["):
+        return [str(x) for x in json.loads(text)]
+    return [b.strip("\n") for b in re.split(r"(?m)^---\s*$", text) if b.strip()]
+
+
+class _Model:
+    """The reply logic of one model name."""
+
+    def __init__(self, replies: Replies) -> None:
+        self.replies = replies
+        self.rules = [
+            (re.compile(r.match, re.IGNORECASE | re.DOTALL), r.reply) for r in replies.rules
+        ]
+        self.pool = list(replies.cycle) + (_read_reply_file(replies.file) if replies.file else [])
+        self.next = 0
+
+    def reply(self, last_user: str, assistant_turns: int) -> str:
+        for pattern, template in self.rules:
+            match = pattern.search(last_user)
+            if match:
+                return match.expand(template)
+        if self.replies.turns:
+            return self.replies.turns[min(assistant_turns, len(self.replies.turns) - 1)]
+        if self.pool:
+            text = self.pool[self.next % len(self.pool)]
+            self.next += 1
+            return text
+        return self.replies.text
+
+
+def _text_of(content: Any) -> tuple[str, int]:
+    """The text of an OpenAI or Anthropic message content, and its number of images."""
+    if isinstance(content, str):
+        return content, 0
+    texts, images = [], 0
+    for part in content or []:
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(part.get("text", ""))
+        elif kind in ("image_url", "image"):
+            images += 1
+    return "\n".join(texts), images
+
+
+class SimServer:
+    """The server's state and handlers."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.stats: Counter[str] = Counter()
+        self.in_flight = 0
+        self.peak_in_flight = 0
+        self.peak_queued = 0
+        self.running = 0
+        self.configure(config)
+
+    def configure(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.default = _Model(config.replies)
+        self.by_model = {name: _Model(r) for name, r in config.models.items()}
+        self.slots = asyncio.Semaphore(config.latency.max_seqs)
+        self.fault_counts: Counter[int] = Counter()
+        key_env = config.api_key_env
+        self.api_key = os.environ.get(key_env) if key_env else None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self.openai)
+        app.router.add_post("/chat/completions", self.openai)
+        app.router.add_post("/v1/messages", self.anthropic)
+        app.router.add_get("/health", self.health)
+        app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/sim/stats", self.get_stats)
+        app.router.add_post("/sim/config", self.set_config)
+        app.router.add_post("/sim/reset", self.reset)
+        return app
+
+    # --- control ----------------------------------------------------------------------------
+
+    async def health(self, request: web.Request) -> web.Response:
+        if not self.config.healthy:
+            return web.json_response({"status": "unhealthy"}, status=503)
+        return web.json_response({"status": "ok"})
+
+    async def models(self, request: web.Request) -> web.Response:
+        names = sorted(self.by_model) or ["sim"]
+        data = [{"id": n, "object": "model", "created": 0, "owned_by": "parley-sim"} for n in names]
+        return web.json_response({"object": "list", "data": data})
+
+    async def get_stats(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                **self.stats,
+                "in_flight": self.in_flight,
+                "peak_in_flight": self.peak_in_flight,
+                "peak_queued": self.peak_queued,
+            }
+        )
+
+    async def set_config(self, request: web.Request) -> web.Response:
+        update = await request.json()
+        merged = {**self.config.model_dump(), **update}
+        try:
+            config = SimConfig.model_validate(merged)
+        except ValueError as exc:
+            return web.json_response({"error": str(exc)}, status=400)
+        self.configure(config)
+        return web.json_response({"ok": True})
+
+    async def reset(self, request: web.Request) -> web.Response:
+        self.stats.clear()
+        self.peak_in_flight = self.in_flight
+        self.peak_queued = 0
+        return web.json_response({"ok": True})
+
+    # --- the APIs -----------------------------------------------------------------------------
+
+    def _authorised(self, request: web.Request) -> bool:
+        if not self.api_key:
+            return True
+        bearer = request.headers.get("Authorization", "")
+        return (
+            bearer == f"Bearer {self.api_key}" or request.headers.get("x-api-key") == self.api_key
+        )
+
+    def _fault(self, model: str) -> Fault | None:
+        for i, fault in enumerate(self.config.faults):
+            if fault.models and model not in fault.models:
+                continue
+            if fault.first is not None:
+                if self.fault_counts[i] >= fault.first:
+                    continue
+                self.fault_counts[i] += 1
+            if self.rng.random() < fault.rate:
+                return fault
+        return None
+
+    async def _inject(self, request: web.Request, fault: Fault, api: str) -> web.StreamResponse:
+        self.stats[f"fault_{fault.kind}"] += 1
+        headers = {}
+        if fault.retry_after_s is not None:
+            headers["Retry-After"] = f"{fault.retry_after_s:g}"
+        if fault.kind == "rate_limit":
+            return _error(api, 429, "rate_limit_error", "simulated rate limit", headers)
+        if fault.kind == "overloaded":
+            return _error(api, 503, "overloaded_error", "simulated overload", headers)
+        if fault.kind == "server_error":
+            return _error(api, 500, "api_error", "simulated server error", {})
+        if fault.kind == "timeout":
+            await asyncio.sleep(fault.hang_s)
+            return _error(api, 504, "timeout", "simulated hang ended", {})
+        if fault.kind == "garbage":
+            return web.Response(
+                body=b"\x00\xffnot json <html>oops", content_type="application/json"
+            )
+        response = web.StreamResponse(status=200)
+        response.content_type = "application/json"
+        if fault.kind == "truncated":
+            body = json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode()
+            response.content_length = len(body) + 64
+            await response.prepare(request)
+            await response.write(body[: len(body) // 2])
+        # truncated and disconnect: drop the connection without finishing the answer
+        if request.transport is not None:
+            request.transport.close()
+        return response
+
+    async def _generate(
+        self, request: web.Request, api: Literal["openai", "anthropic"]
+    ) -> tuple[dict[str, Any], str, str, int, int] | web.StreamResponse:
+        """Parse a request and choose the reply; or an error response."""
+        self.stats["requests"] += 1
+        self.stats[f"requests_{api}"] += 1
+        if not self._authorised(request):
+            self.stats["unauthorised"] += 1
+            return _error(api, 401, "authentication_error", "invalid API key", {})
+        try:
+            body = await request.json()
+            messages = body["messages"]
+            model = str(body.get("model", ""))
+        except (ValueError, KeyError, TypeError):
+            self.stats["bad_requests"] += 1
+            return _error(
+                api, 400, "invalid_request_error", "expected a JSON body with messages", {}
+            )
+        self.stats[f"model_{model}"] += 1
+        fault = self._fault(model)
+        if fault is not None:
+            return await self._inject(request, fault, api)
+        input_tokens, last_user, assistant_turns = 0, "", 0
+        system = body.get("system")
+        if system:
+            text, _ = _text_of(system)
+            input_tokens += count_tokens(text)
+        for message in messages:
+            text, images = _text_of(message.get("content"))
+            input_tokens += count_tokens(text) + IMAGE_TOKENS * images
+            if message.get("role") == "user":
+                last_user = text
+            elif message.get("role") == "assistant":
+                assistant_turns += 1
+        logic = self.by_model.get(model, self.default)
+        reply = logic.reply(last_user, assistant_turns)
+        return body, model, reply, input_tokens, count_tokens(reply)
+
+    async def _slot(self) -> None:
+        queued = self.in_flight - self.running
+        self.peak_queued = max(self.peak_queued, queued)
+        await self.slots.acquire()
+        self.running += 1
+
+    def _free(self) -> None:
+        self.running -= 1
+        self.slots.release()
+
+    def _first_token_delay(self) -> float:
+        lat = self.config.latency
+        return lat.ttft_s + (self.rng.uniform(0, lat.jitter_s) if lat.jitter_s else 0.0)
+
+    def _decode_time(self, tokens: int) -> float:
+        tps = self.config.latency.tokens_per_s
+        return tokens / tps if tps > 0 else 0.0
+
+    async def openai(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "openai")
+
+    async def anthropic(self, request: web.Request) -> web.StreamResponse:
+        return await self._serve(request, "anthropic")
+
+    async def _serve(
+        self, request: web.Request, api: Literal["openai", "anthropic"]
+    ) -> web.StreamResponse:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            chosen = await self._generate(request, api)
+            if isinstance(chosen, web.StreamResponse):
+                return chosen
+            body, model, reply, n_in, n_out = chosen
+            await self._slot()
+            try:
+                if body.get("stream"):
+                    self.stats["streamed"] += 1
+                    return await self._stream(request, api, model, reply, n_in, n_out)
+                await asyncio.sleep(self._first_token_delay() + self._decode_time(n_out))
+                self.stats["completed"] += 1
+                return web.json_response(_full(api, model, reply, n_in, n_out))
+            finally:
+                self._free()
+        finally:
+            self.in_flight -= 1
+
+    async def _stream(
+        self,
+        request: web.Request,
+        api: Literal["openai", "anthropic"],
+        model: str,
+        reply: str,
+        n_in: int,
+        n_out: int,
+    ) -> web.StreamResponse:
+        await asyncio.sleep(self._first_token_delay())
+        response = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        pieces = _pieces(reply)
+        per_piece = self._decode_time(n_out) / max(1, len(pieces))
+        events = _stream_events(api, model, pieces, n_in, n_out)
+        for i, event in enumerate(events):
+            if i > 1 and per_piece and event.get("_piece"):
+                await asyncio.sleep(per_piece)
+            event.pop("_piece", None)
+            await response.write(_sse(api, event))
+        if api == "openai":
+            await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        self.stats["completed"] += 1
+        return response
+
+
+def _error(api: str, status: int, kind: str, message: str, headers: dict[str, str]) -> web.Response:
+    if api == "anthropic":
+        body: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        body = {"error": {"message": message, "type": kind, "code": status}}
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _full(api: str, model: str, reply: str, n_in: int, n_out: int) -> dict[str, Any]:
+    if api == "anthropic":
+        return {
+            "id": f"msg_{uuid.uuid4().hex[:24]}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": reply}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": n_in, "output_tokens": n_out},
+        }
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+    }
+
+
+def _pieces(text: str, most: int = 16) -> list[str]:
+    """The reply cut into at most ``most`` pieces, as a server would stream it."""
+    words = re.findall(r"\S+\s*|\s+", text) or [""]
+    step = max(1, -(-len(words) // most))
+    return ["".join(words[i : i + step]) for i in range(0, len(words), step)]
+
+
+def _stream_events(
+    api: str, model: str, pieces: list[str], n_in: int, n_out: int
+) -> list[dict[str, Any]]:
+    if api == "anthropic":
+        msg_id = f"msg_{uuid.uuid4().hex[:24]}"
+        events: list[dict[str, Any]] = [
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": n_in, "output_tokens": 0},
+                },
+            },
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ]
+        for piece in pieces:
+            events.append(
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": piece},
+                    "_piece": True,
+                }
+            )
+        events += [
+            {"type": "content_block_stop", "index": 0},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": n_out},
+            },
+            {"type": "message_stop"},
+        ]
+        return events
+    chunk_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    created = int(time.time())
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
+        return {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra,
+        }
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [{**chunk({"content": p}), "_piece": True} for p in pieces]
+    out.append(chunk({}, "stop"))
+    out.append(
+        {
+            "id": chunk_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [],
+            "usage": {
+                "prompt_tokens": n_in,
+                "completion_tokens": n_out,
+                "total_tokens": n_in + n_out,
+            },
+        }
+    )
+    return out
+
+
+def _sse(api: str, event: dict[str, Any]) -> bytes:
+    data = json.dumps(event)
+    if api == "anthropic":
+        return f"event: {event['type']}\ndata: {data}\n\n".encode()
+    return f"data: {data}\n\n".encode()
+
+
+async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+    """Run until SIGTERM/SIGINT; prints ``listening on URL`` once ready."""
+    server = SimServer(config)
+    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port, backlog=4096, shutdown_timeout=0.5)
+    await site.start()
+    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+    bound = sockets[0].getsockname()[1] if sockets else port
+    print(f"listening on http://{host}:{bound}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="parley sim-server", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run_from_args(parser.parse_args(argv))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML/JSON sim config (see configs/sim.yaml)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    parser.add_argument("--ttft", type=float, help="seconds to the first token")
+    parser.add_argument("--tokens-per-s", type=float, help="decode speed per sequence")
+    parser.add_argument("--max-seqs", type=int, help="sequences at once; the rest queue")
+    parser.add_argument("--reply", help="a fixed reply")
+    parser.add_argument("--model", help="(ignored; lets the launcher pass vLLM-like arguments)")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    config = load_sim_config(args.config)
+    latency = config.latency.model_copy(
+        update={
+            k: v
+            for k, v in (
+                ("ttft_s", args.ttft),
+                ("tokens_per_s", args.tokens_per_s),
+                ("max_seqs", args.max_seqs),
+            )
+            if v is not None
+        }
+    )
+    config = config.model_copy(update={"latency": latency})
+    if args.reply is not None:
+        config = config.model_copy(update={"replies": Replies(text=args.reply)})
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(config, args.host, args.port))
+    return 0
+
+
+class SimServerProcess:
+    """The stand-in server as a child process on a free port, for tests and benchmarks.
+
+    ``url`` is the server root (the Anthropic base URL); ``openai_url`` adds ``/v1``.
+    ``configure(**fields)`` replaces parts of the running server's config; ``stats()`` reads
+    its counters. Use as a context manager, or call ``start()`` / ``stop()``.
+    """
+
+    def __init__(
+        self,
+        config: SimConfig | dict[str, Any] | None = None,
+        *,
+        env: dict[str, str] | None = None,
+        startup_timeout_s: float = 30.0,
+    ) -> None:
+        self.config = config if isinstance(config, SimConfig) else load_sim_config(config)
+        self.env = env
+        self.startup_timeout_s = startup_timeout_s
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+        self._config_file: str | None = None
+        self.output: deque[str] = deque(maxlen=200)
+
+    @property
+    def openai_url(self) -> str:
+        return f"{self.url}/v1"
+
+    def start(self) -> SimServerProcess:
+        fd, self._config_file = tempfile.mkstemp(suffix=".json", prefix="parley-sim-")
+        with os.fdopen(fd, "w") as f:
+            f.write(self.config.model_dump_json())
+        env = {**os.environ, **(self.env or {})}
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "agents.backends.simserver",
+                "--config",
+                self._config_file,
+                "--port",
+                "0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        assert self.process.stdout is not None
+        seen: list[str] = []
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            seen.append(line)
+            if line.startswith("listening on "):
+                self.url = line.split()[-1].strip()
+                # Keep reading what it prints, so that a full pipe never blocks it.
+                threading.Thread(target=self._drain, daemon=True).start()
+                return self
+        self.stop()
+        raise RuntimeError("sim server did not start:\n" + "".join(seen[-20:]))
+
+    def _drain(self) -> None:
+        stream = self.process.stdout if self.process is not None else None
+        if stream is None:
+            return
+        with contextlib.suppress(ValueError, OSError):
+            for line in stream:
+                self.output.append(line)
+
+    def _call(self, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+        data = json.dumps(payload).encode() if payload is not None else None
+        req = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method="POST" if data is not None else "GET",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def configure(self, **fields: Any) -> None:
+        """Replace top-level parts of the config (``faults=[...]``, ``models={...}``…)."""
+        self._call("/sim/config", fields)
+
+    def stats(self) -> dict[str, Any]:
+        return self._call("/sim/stats")
+
+    def reset(self) -> None:
+        self._call("/sim/reset", {})
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+        self.process = None
+        if self._config_file:
+            with contextlib.suppress(OSError):
+                os.unlink(self._config_file)
+            self._config_file = None
+
+    def __enter__(self) -> SimServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
