@@ -1,0 +1,324 @@
+"""Run lifecycle: memory released per episode, crash and resume, Ctrl-C, MQTT parity, bad configs."""
+
+from __future__ import annotations
+
+import gc
+import json
+import signal
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+import yaml
+
+import tests.runtime.faulty_game  # noqa: F401  (registers test.counter)
+from bus.local import LocalBus
+from runtime.config import ConfigError, load_config
+from runtime.episode import EpisodeOptions
+from runtime.experiment import expand
+from runtime.results import ResultWriter, RunFolder
+from runtime.scheduler import Scheduler, run_experiment
+from tests.conftest import require
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def counter_specs(count: int, start: int = 0) -> list:
+    config = load_config(
+        {
+            "name": "m",
+            "record_prompts": False,
+            "tracing": {"enabled": False},
+            "games": [
+                {
+                    "game": "test.counter",
+                    "seeds": {"start": start, "count": count},
+                    "pairings": [{"counter": "scripted"}],
+                }
+            ],
+        }
+    )
+    return config, expand(config)
+
+
+async def test_memory_does_not_grow_with_episodes(tmp_path: Path) -> None:
+    config, warmup = counter_specs(200)
+    _, specs = counter_specs(2000, start=200)
+    folder = RunFolder.prepare(tmp_path / "run", config, resume=False, planned=2200)
+    bus = LocalBus()
+    writer = ResultWriter(folder, "m")
+    writer.start()
+    options = EpisodeOptions(run="m", record_prompts=False)
+
+    async def play(batch: list) -> Scheduler:
+        scheduler = Scheduler(batch, bus, writer, options, concurrency=50)
+        await scheduler.run()
+        return scheduler
+
+    tracemalloc.start()
+    first = await play(warmup)
+    gc.collect()
+    before = tracemalloc.get_traced_memory()[0]
+    second = await play(specs)
+    gc.collect()
+    after = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    await writer.close()
+
+    assert first.progress.done == 200 and second.progress.done == 2000
+    assert second.progress.outcomes == {"success": 2000}
+    # Every actor and every subscription of every episode was released.
+    assert len(first.host) == 0 and len(second.host) == 0
+    assert len(bus.router) == 0
+    # 10x the episodes, and what stays behind is small: no per-episode leftovers.
+    assert after - before < 1_000_000, f"grew by {after - before} bytes over 2000 episodes"
+    assert len(folder.records()) == 2200
+
+
+def _config_file(tmp_path: Path, count: int, **extra: object) -> Path:
+    data = {
+        "name": "crash",
+        "concurrency": 20,
+        "tracing": {"enabled": False},
+        "games": [
+            {
+                "game": "comma.wire",
+                "seeds": {"count": count},
+                "settings": {"variant": "text"},
+                "pairings": [{"solver": "scripted", "expert": "scripted"}],
+            }
+        ],
+        **extra,
+    }
+    path = tmp_path / "crash.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _parley(*args: str) -> list[str]:
+    return [sys.executable, "-m", "runtime.cli", *args]
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and len(path.read_bytes().splitlines()) >= n:
+            return
+        assert proc.poll() is None, "the run ended before it could be interrupted"
+        time.sleep(0.02)
+    raise AssertionError(f"{path} did not reach {n} lines")
+
+
+def test_sigkill_then_resume_gives_exactly_the_planned_episodes(tmp_path: Path) -> None:
+    config = _config_file(tmp_path, 4000)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(_parley("run", str(config), "--out", str(out), "--quiet"), cwd=ROOT)
+    _wait_for_lines(out / "episodes.jsonl", 200, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    killed_at = len(_lines(out / "episodes.jsonl"))
+    assert 0 < killed_at < 4000
+
+    done = subprocess.run(
+        _parley("run", str(config), "--out", str(out), "--resume", "--quiet"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{killed_at} already done" in done.stderr.replace("\n", " ")
+    records = _lines(out / "episodes.jsonl")
+    ids = [r["episode"] for r in records]
+    assert len(ids) == 4000 and len(set(ids)) == 4000
+    assert {r["outcome"] for r in records} == {"success"}
+    # Every record still points at its own transcript.
+    folder = RunFolder(out)
+    for r in records[::400]:
+        kinds = [m["kind"] for m in folder.iter_transcript(r["episode"])]
+        assert kinds[0] == "episode_started" and kinds[-1] == "episode_finished"
+
+
+def test_ctrl_c_records_cancelled_and_the_folder_resumes(tmp_path: Path) -> None:
+    config = _config_file(tmp_path, 3000)
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        _parley("run", str(config), "--out", str(out), "--quiet"),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    _wait_for_lines(out / "episodes.jsonl", 100, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "--resume" in err
+    records = _lines(out / "episodes.jsonl")
+    outcomes = {r["outcome"] for r in records}
+    assert "cancelled" in outcomes and len(records) < 3000
+
+    done = subprocess.run(
+        _parley("run", str(config), "--out", str(out), "--resume", "--quiet"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    records = _lines(out / "episodes.jsonl")
+    assert len(records) == 3000 and len({r["episode"] for r in records}) == 3000
+    assert {r["outcome"] for r in records} == {"success"}
+
+
+async def test_the_same_run_over_mosquitto_gives_identical_results(
+    tmp_path: Path, mqtt_broker
+) -> None:
+    require(mqtt_broker.mqtt5, "needs Mosquitto (MQTT 5): apt-get install mosquitto")
+    data = {
+        "name": "parity",
+        "concurrency": 8,
+        "games": [
+            {
+                "game": "comma.wire",
+                "seeds": {"count": 25},
+                "pairings": [
+                    {"solver": "scripted", "expert": "scripted"},
+                    {"solver": "random", "expert": "scripted"},
+                ],
+            }
+        ],
+    }
+    local = await run_experiment(load_config(data), tmp_path / "local")
+    mqtt = await run_experiment(load_config(data), tmp_path / "mqtt", bus_url=mqtt_broker.url)
+
+    def key(records: list[dict]) -> dict:
+        return {r["episode"]: (r["outcome"], r["scores"], r["turns"]) for r in records}
+
+    assert len(local.records) == 50
+    assert key(local.records) == key(mqtt.records)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "expected"),
+    [
+        (
+            {"games": [{"game": "comma.wires", "pairings": [{"solver": "scripted"}]}]},
+            "games.0.game",
+            "comma.wire",
+        ),
+        ({"concurrency": 0}, "concurrency", "greater than or equal to 1"),
+        ({"colour": "blue"}, "colour", "unknown field"),
+        (
+            {
+                "games": [
+                    {
+                        "game": "comma.wire",
+                        "pairings": [{"solver": "scriptd", "expert": "scripted"}],
+                    }
+                ]
+            },
+            "games.0.pairings.0.solver",
+            "a model declared under `models`",
+        ),
+        (
+            {"games": [{"game": "comma.wire", "pairings": [{"solver": "scripted"}]}]},
+            "games.0.pairings.0",
+            "no player for role(s) expert",
+        ),
+        (
+            {
+                "games": [
+                    {"game": "comma.wire", "pairings": [{"solver": "scripted", "expert": "random"}]}
+                ]
+            },
+            "games.0.pairings.0.expert",
+            "expected one of: scripted",
+        ),
+        (
+            {
+                "games": [
+                    {
+                        "game": "comma.wire",
+                        "settings": {"max_turn": 3},
+                        "pairings": [{"solver": "scripted", "expert": "scripted"}],
+                    }
+                ]
+            },
+            "games.0.settings.max_turn",
+            "settings: max_turns",
+        ),
+        (
+            {
+                "games": [
+                    {
+                        "game": "comma.wire",
+                        "seeds": {"count": -1},
+                        "pairings": [{"solver": "scripted", "expert": "scripted"}],
+                    }
+                ]
+            },
+            "games.0.seeds.count",
+            "greater than 0",
+        ),
+    ],
+)
+def test_bad_configs_name_the_field_and_the_fix(change: dict, field: str, expected: str) -> None:
+    data = {
+        "name": "bad",
+        "games": [
+            {"game": "comma.wire", "pairings": [{"solver": "scripted", "expert": "scripted"}]}
+        ],
+    }
+    data.update(change)
+    with pytest.raises(ConfigError) as info:
+        expand(load_config(data))
+    message = str(info.value)
+    assert f"  {field}:" in message, message
+    assert expected in message, message
+
+
+def test_the_cli_reports_a_bad_config_and_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text(
+        "name: bad\ngames:\n  - game: comma.wire\n    pairings: [{solver: scripted, expert: nobody}]\n"
+    )
+    done = subprocess.run(
+        _parley("run", str(config), "--out", str(tmp_path / "r")),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "games.0.pairings.0.expert" in done.stderr and "'nobody'" in done.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_overrides_and_the_resume_guard(tmp_path: Path) -> None:
+    config = _config_file(tmp_path, 5)
+    out = tmp_path / "run"
+    first = subprocess.run(
+        _parley("run", str(config), "--out", str(out), "--set", "games.0.seeds.count=3", "--quiet"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert first.returncode == 0, first.stderr
+    assert len(_lines(out / "episodes.jsonl")) == 3
+    again = subprocess.run(
+        _parley("run", str(config), "--out", str(out), "--quiet"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 2 and "--resume" in again.stderr
