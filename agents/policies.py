@@ -3,10 +3,13 @@ function the runtime hands over (game knowledge lives with the game, not here)."
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
@@ -62,12 +65,25 @@ class FunctionPolicy:
 
 
 class HumanPolicy:
-    """A person at the terminal: prints what the role sees, reads a reply ending in a blank line."""
+    """A person at the terminal: prints what the role sees, reads a reply ending in a blank line.
+
+    Images are written as PNG files to ``image_dir`` (default: ``$PARLEY_HUMAN_IMAGES`` or
+    ``<tmp>/parley-human``) and their paths printed, so the person can open them mid-episode.
+    """
 
     name = "human"
 
-    def __init__(self, read: Callable[[str], str] = input, write: Callable[[str], Any] = print):
+    def __init__(
+        self,
+        read: Callable[[str], str] = input,
+        write: Callable[[str], Any] = print,
+        image_dir: str | Path | None = None,
+    ):
         self._read, self._write = read, write
+        default = (
+            os.environ.get("PARLEY_HUMAN_IMAGES") or Path(tempfile.gettempdir()) / "parley-human"
+        )
+        self.image_dir = Path(image_dir or default)
 
     async def decide(self, prompt: Prompt) -> Decision:
         start = time.perf_counter()
@@ -86,9 +102,7 @@ class HumanPolicy:
             if isinstance(part, TextPart):
                 write(part.text)
             elif isinstance(part, ImagePart):
-                write(
-                    f"(image {part.sha256[:12]}, {part.size} bytes: see the run's images/ folder)"
-                )
+                write(self._show(part))
         if prompt.working.feedback:
             write(f"Feedback: {prompt.working.feedback}")
         if prompt.working.legal_actions:
@@ -105,6 +119,16 @@ class HumanPolicy:
             lines.append(line)
         sys.stdout.flush()
         return "\n".join(lines)
+
+    def _show(self, part: ImagePart) -> str:
+        """Where the person can look at an image (its bytes, when present, go to a file)."""
+        if part.data is None:
+            return f"(image {part.sha256[:12]}, {part.size} bytes: see the run's images/ folder)"
+        self.image_dir.mkdir(parents=True, exist_ok=True)
+        path = self.image_dir / f"{part.sha256}.png"
+        if not path.exists():
+            path.write_bytes(part.data)
+        return f"(image: {path})"
 
     async def aclose(self) -> None:
         return None
