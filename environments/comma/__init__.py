@@ -1,12 +1,32 @@
-"""COMMA (seed 001): solver/expert puzzles with private information."""
+"""COMMA (seed 001): solver/expert puzzles with private information.
+
+Ten puzzles, each registered as ``comma.<name>`` with a scripted solver and expert (together
+they win every seed: the proof that puzzle, manual and parser fit) and the paper's random
+solver (uniform over the valid actions).
+"""
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
+from environments.comma import (
+    atm,
+    colour,
+    keypad,
+    led,
+    maze,
+    memory,
+    password,
+    telehealth,
+    who,
+    wire,
+)
 from environments.comma.base import CommaGameMaster, Puzzle
-from environments.comma.wire import WirePuzzle, random_solver, scripted_expert, scripted_solver
+from environments.comma.talk import random_solver
 from environments.registry import GameInfo, register
+
+LOOP_SETTINGS: dict[str, Any] = {"max_turns": 10, "max_mistakes": 3, "variant": "image"}
 
 
 def register_puzzle(
@@ -27,19 +47,54 @@ def register_puzzle(
             instance=instance,
             players=players,
             description=description,
-            default_settings={"max_turns": 10, "max_mistakes": 3, "variant": "image"},
+            default_settings={**LOOP_SETTINGS, **puzzle.settings},
             text_settings={"variant": "text"},
         )
     )
 
 
-register_puzzle(
-    WirePuzzle,
-    {
-        "solver": {"scripted": scripted_solver, "random": random_solver},
-        "expert": {"scripted": scripted_expert},
-    },
-    "cut the one wire the manual names (3-6 wires, serial number)",
-)
+# In the paper's table order.
+PUZZLES: dict[str, tuple[ModuleType, type[Puzzle], str]] = {
+    "wire": (wire, wire.WirePuzzle, "cut the one wire the manual names (3-6 wires, serial number)"),
+    "telehealth": (
+        telehealth,
+        telehealth.TelehealthPuzzle,
+        "diagnose a skin lesion and pick its treatment without revealing the private profile",
+    ),
+    "who": (
+        who,
+        who.WhoPuzzle,
+        "a display word says which label to read; its list says what to press",
+    ),
+    "led": (led, led.LedPuzzle, "2-5 stages: press a letter whose multiple matches its opposite"),
+    "memory": (memory, memory.MemoryPuzzle, "five stages whose rules refer to earlier presses"),
+    "keypad": (
+        keypad,
+        keypad.KeypadPuzzle,
+        "press four symbols in the order of the one column holding them",
+    ),
+    "password": (
+        password,
+        password.PasswordPuzzle,
+        "turn five letter wheels to the one listed word",
+    ),
+    "colour": (colour, colour.ColourPuzzle, "whiten a 4x4 grid group by group, as a table directs"),
+    "maze": (maze, maze.MazePuzzle, "walk a mouse to the sphere the torus colour names"),
+    "atm": (
+        atm,
+        atm.AtmPuzzle,
+        "withdraw or deposit depending on a private balance, with a private PIN",
+    ),
+}
 
-__all__ = ["CommaGameMaster", "Puzzle", "register_puzzle"]
+for _module, _puzzle, _description in PUZZLES.values():
+    register_puzzle(
+        _puzzle,
+        {
+            "solver": {"scripted": _module.scripted_solver, "random": random_solver},
+            "expert": {"scripted": _module.scripted_expert},
+        },
+        _description,
+    )
+
+__all__ = ["PUZZLES", "CommaGameMaster", "Puzzle", "register_puzzle"]

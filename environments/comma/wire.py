@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from environments.base import StepResult, View
 from environments.comma.base import Puzzle, seeded
+from environments.comma.talk import random_solver
 from environments.render import COLORS, canvas, label, png
 
 WIRE_COLORS = ("red", "blue", "yellow", "white", "black")
@@ -202,6 +203,4 @@ def scripted_expert(view: View, rng: random.Random) -> str:
     return f"Cut wire {wire}."
 
 
-def random_solver(view: View, rng: random.Random) -> str:
-    """Uniform over the valid actions; ignores everything else (the paper's baseline)."""
-    return rng.choice(view.legal_actions)
+__all__ = ["WirePuzzle", "random_solver", "scripted_expert", "scripted_solver", "wire_to_cut"]
