@@ -45,7 +45,8 @@ class EpisodeOptions:
     run: str
     record_prompts: bool = True
     timeout_s: float | None = None
-    models: dict[str, Any] = field(default_factory=dict)
+    # The run's model pool (agents.backends.pool.ModelPool), or the bare registry.
+    models: Any = field(default_factory=dict)
     max_reply_chars: int = MAX_REPLY_CHARS
 
 
@@ -63,6 +64,7 @@ class EpisodeResult:
     model_time_s: float = 0.0
     tokens: dict[str, dict[str, int]] = field(default_factory=dict)
     token_source: dict[str, str] = field(default_factory=dict)
+    model_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
     private_facts: dict[str, dict[str, str]] = field(default_factory=dict)
     transcript: list[Message] = field(default_factory=list)
@@ -87,6 +89,7 @@ class EpisodeResult:
             "model_time_s": round(self.model_time_s, 6),
             "tokens": self.tokens,
             "token_source": self.token_source,
+            "model_calls": self.model_calls,
             "private_facts": self.private_facts,
             "error": self.error,
         }
@@ -393,6 +396,21 @@ class EpisodeRunner:
             source = "counted"
         previous = self.result.token_source.get(role)
         self.result.token_source[role] = source if previous in (None, source) else "mixed"
+        if response.calls:
+            self._count_calls(role, response.calls)
+
+    def _count_calls(self, role: str, calls: list[dict[str, Any]]) -> None:
+        """Per role: model requests, attempts, retries by cause, time spent in calls."""
+        stats = self.result.model_calls.setdefault(
+            role, {"requests": 0, "attempts": 0, "retries": {}, "call_s": 0.0}
+        )
+        stats["requests"] += 1
+        stats["attempts"] += len(calls)
+        for call in calls:
+            outcome = call.get("outcome", "ok")
+            if outcome != "ok":
+                stats["retries"][outcome] = stats["retries"].get(outcome, 0) + 1
+            stats["call_s"] = round(stats["call_s"] + float(call.get("latency_s") or 0.0), 4)
 
     def _note(self, text: str) -> TranscriptEvent:
         return TranscriptEvent(

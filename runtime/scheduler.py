@@ -18,6 +18,7 @@ from runtime.actor import ActorHost
 from runtime.config import ExperimentConfig
 from runtime.episode import EpisodeOptions, EpisodeResult, EpisodeRunner
 from runtime.experiment import EpisodeSpec, expand
+from runtime.launch import open_models
 from runtime.results import ResultWriter, RunFolder
 
 
@@ -162,7 +163,8 @@ async def run_experiment(
         f"run {config.name}", attributes={"parley.run": run_id, "parley.episodes": len(todo)}
     )
     try:
-        async with the_bus:
+        async with the_bus, open_models(config.models, folder.path, todo) as models:
+            options.models = models  # one pool of model clients for every episode
             await scheduler.run(run_span)
     finally:
         run_span.end()
