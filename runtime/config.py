@@ -8,6 +8,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from agents.backends.spec import ModelSpec
+
 BUILTIN_PLAYERS = ("scripted", "random", "human")
 
 
@@ -128,7 +130,15 @@ class ExperimentConfig(Strict):
     record_prompts: bool = True
     episode_timeout_s: float | None = Field(default=None, gt=0)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
-    models: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # The model registry: name -> how to reach and ask the model (agents/backends/spec.py).
+    models: dict[str, ModelSpec] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _model_names(self) -> ExperimentConfig:
+        for name in self.models:
+            if name in BUILTIN_PLAYERS:
+                raise ValueError(f"models.{name}: {name!r} is a built-in player; pick another name")
+        return self
 
 
 def _describe(error: dict[str, Any]) -> str:

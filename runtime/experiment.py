@@ -97,6 +97,13 @@ def _check_block(
             elif player.kind == "llm" and player.model not in config.models:
                 known = ", ".join(config.models) or "none declared"
                 problems.append((field, player.model, f"a model declared under `models` ({known})"))
+            elif player.kind == "llm" and player.params:
+                try:
+                    config.models[player.model or ""].params.merged(player.params)
+                except ValueError as exc:
+                    problems.append(
+                        (f"{field}.params", player.params, f"generation parameters: {exc}")
+                    )
     for role in block.memory:
         if role not in roles:
             problems.append(
@@ -150,6 +157,75 @@ def write_instances(path: str | Path, instances: list[dict[str, Any]]) -> None:
     Path(path).write_text("".join(json.dumps(i, sort_keys=True) + "\n" for i in instances))
 
 
+class _NeedsImages(Exception):
+    def __init__(self, role: str, model: str, why: str) -> None:
+        self.role, self.model, self.why = role, model, why
+
+
+_image_roles_cache: dict[str, frozenset[str]] = {}
+
+
+def image_roles(
+    info: registry.GameInfo, settings: dict[str, Any], seed: int, instance: dict[str, Any] | None
+) -> frozenset[str]:
+    """Roles whose observations carry images, found by looking at the first observation of
+    one instance (a game that cannot be set up this way counts every role)."""
+    if info.text_only:
+        return frozenset()
+    key = json.dumps([info.name, settings], sort_keys=True, default=str)
+    found = _image_roles_cache.get(key)
+    if found is None:
+        try:
+            gm = info.game_master(instance or info.instance(seed, settings), settings)
+            found = frozenset(r for r in info.roles if gm.observe(r).images)
+        except Exception:
+            found = frozenset(info.roles)
+        _image_roles_cache[key] = found
+    return found
+
+
+def _text_variant(
+    info: registry.GameInfo,
+    block: GameBlock,
+    players: dict[str, PlayerSpec],
+    config: ExperimentConfig,
+    instances: list[tuple[int, dict[str, Any] | None]],
+) -> dict[str, Any]:
+    """The episode settings for a pairing: the game's text variant (``text_settings``) merged
+    in when a role that sees images is played by a model that takes none."""
+    settings = {**info.default_settings, **block.settings}
+    blind = {
+        role: p.model
+        for role, p in players.items()
+        if p.kind == "llm"
+        and p.model in config.models
+        and (not config.models[p.model].images or config.models[p.model].max_images == 0)
+    }
+    if not blind or not instances:
+        return settings
+    seeing = image_roles(info, settings, *instances[0])
+    affected = {role: model for role, model in blind.items() if role in seeing}
+    if not affected:
+        return settings
+    role, model = next(iter(affected.items()))
+    if not info.text_settings:
+        raise _NeedsImages(
+            role,
+            model or "",
+            f"{info.name} shows the {role} images and has no text variant; "
+            "use a model with `images: true` for this role",
+        )
+    for key, value in info.text_settings.items():
+        if key in block.settings and block.settings[key] != value:
+            raise _NeedsImages(
+                role,
+                model or "",
+                f"a text-only model needs {key}={value!r} but the block sets "
+                f"{key}={block.settings[key]!r}; remove the setting or use a model with images",
+            )
+    return {**settings, **info.text_settings}
+
+
 def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
     """Every episode the config asks for, in a stable order; raises :class:`ConfigError`."""
     problems: list[tuple[str, Any, str]] = []
@@ -161,7 +237,6 @@ def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
             problems.extend(found)
             continue
         info = registry.get(block.game)
-        settings = {**info.default_settings, **block.settings}
         memory = {role: block.memory.get(role, MemorySpec()) for role in info.roles}
         if block.instances_file:
             instances: list[tuple[int, dict[str, Any] | None]] = [
@@ -170,8 +245,13 @@ def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
             ]
         else:
             instances = [(seed, None) for seed in block.seed_list()]
-        for players in pairings:
+        for j, players in enumerate(pairings):
             ordered = {role: players[role] for role in info.roles}
+            try:
+                settings = _text_variant(info, block, ordered, config, instances)
+            except _NeedsImages as exc:
+                problems.append((f"games.{i}.pairings.{j}.{exc.role}", exc.model, exc.why))
+                continue
             for seed, instance in instances:
                 for rep in range(block.repetitions):
                     specs.append(

@@ -7,14 +7,16 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from agents.backends.policy import LlmPolicy
+from agents.backends.pool import ModelPool
 from agents.policies import FunctionPolicy, HumanPolicy, Policy
 from agents.prompt import Prompt, history_text
 from environments.base import PlayFn, View
 from environments.registry import GameInfo
 from runtime.config import PlayerSpec
 
-# Set by the model backends: (player, role, game, models registry) -> Policy.
-LlmFactory = Callable[[PlayerSpec, str, GameInfo, dict[str, Any]], Policy]
+# An override for model players (tests, custom backends): (player, role, game, models) -> Policy.
+LlmFactory = Callable[[PlayerSpec, str, GameInfo, Any], Policy]
 llm_factory: LlmFactory | None = None
 
 
@@ -39,9 +41,14 @@ def builtin_policy(
 
 
 def make_policy(
-    player: PlayerSpec, role: str, game: GameInfo, rng_key: str, models: dict[str, Any]
+    player: PlayerSpec, role: str, game: GameInfo, rng_key: str, models: ModelPool | Any
 ) -> Policy:
-    """The policy for ``role``; ``rng_key`` seeds scripted and random play deterministically."""
+    """The policy for ``role``; ``rng_key`` seeds scripted and random play deterministically.
+
+    ``models`` is the run's :class:`ModelPool` (clients shared by every episode, see
+    :func:`runtime.launch.open_models`); given the bare registry instead (a dict of specs), the
+    policy gets clients of its own, closed with the episode.
+    """
     if player.kind in ("scripted", "random"):
         play = game.players[role][player.name or player.kind]
         return builtin_policy(
@@ -49,6 +56,20 @@ def make_policy(
         )
     if player.kind == "human":
         return HumanPolicy()
-    if llm_factory is None:
-        raise RuntimeError("model players need the model backends (agents.backends)")
-    return llm_factory(player, role, game, models)
+    if llm_factory is not None:
+        return llm_factory(player, role, game, models)
+    assert player.model is not None
+    if isinstance(models, ModelPool):
+        return models.policy(player.model, player.params, role)
+    return _own_policy(player, role, models or {})
+
+
+def _own_policy(player: PlayerSpec, role: str, specs: dict[str, Any]) -> Policy:
+    """A model policy with a pool of its own (no run-wide pool given): correct, not shared."""
+    from observability import tracing
+
+    pool = ModelPool(specs, tracer=tracing.tracer)
+    policy = pool.policy(player.model or "", player.params, role)
+    if isinstance(policy, LlmPolicy):
+        policy.closer = pool.aclose
+    return policy

@@ -190,6 +190,7 @@ class SimServer:
         self.peak_in_flight = 0
         self.peak_queued = 0
         self.running = 0
+        self.waiting = 0
         self.configure(config)
 
     def configure(self, config: SimConfig) -> None:
@@ -274,7 +275,9 @@ class SimServer:
                 return fault
         return None
 
-    async def _inject(self, request: web.Request, fault: Fault, api: str) -> web.StreamResponse:
+    async def _inject(
+        self, request: web.Request, fault: Fault, api: str, stream: bool
+    ) -> web.StreamResponse:
         self.stats[f"fault_{fault.kind}"] += 1
         headers = {}
         if fault.retry_after_s is not None:
@@ -289,16 +292,26 @@ class SimServer:
             await asyncio.sleep(fault.hang_s)
             return _error(api, 504, "timeout", "simulated hang ended", {})
         if fault.kind == "garbage":
+            if stream:
+                return web.Response(body=b"data: {not json\n\n", content_type="text/event-stream")
             return web.Response(
                 body=b"\x00\xffnot json <html>oops", content_type="application/json"
             )
         response = web.StreamResponse(status=200)
-        response.content_type = "application/json"
         if fault.kind == "truncated":
-            body = json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode()
-            response.content_length = len(body) + 64
-            await response.prepare(request)
-            await response.write(body[: len(body) // 2])
+            if stream:
+                # A few events of a real stream, then the connection drops.
+                response.content_type = "text/event-stream"
+                await response.prepare(request)
+                for event in _stream_events(api, "sim", ["cut ", "short"], 1, 2)[:3]:
+                    event.pop("_piece", None)
+                    await response.write(_sse(api, event))
+            else:
+                response.content_type = "application/json"
+                body = json.dumps({"id": "x", "object": "chat.completion", "choices": []}).encode()
+                response.content_length = len(body) + 64
+                await response.prepare(request)
+                await response.write(body[: len(body) // 2])
         # truncated and disconnect: drop the connection without finishing the answer
         if request.transport is not None:
             request.transport.close()
@@ -325,7 +338,7 @@ class SimServer:
         self.stats[f"model_{model}"] += 1
         fault = self._fault(model)
         if fault is not None:
-            return await self._inject(request, fault, api)
+            return await self._inject(request, fault, api, bool(body.get("stream")))
         input_tokens, last_user, assistant_turns = 0, "", 0
         system = body.get("system")
         if system:
@@ -343,9 +356,15 @@ class SimServer:
         return body, model, reply, input_tokens, count_tokens(reply)
 
     async def _slot(self) -> None:
-        queued = self.in_flight - self.running
-        self.peak_queued = max(self.peak_queued, queued)
-        await self.slots.acquire()
+        if self.slots.locked():
+            self.waiting += 1
+            self.peak_queued = max(self.peak_queued, self.waiting)
+            try:
+                await self.slots.acquire()
+            finally:
+                self.waiting -= 1
+        else:
+            await self.slots.acquire()
         self.running += 1
 
     def _free(self) -> None:

@@ -1,0 +1,580 @@
+"""Calling a model: endpoints shared across a run, least-outstanding balancing, health,
+adaptive concurrency, retries with backoff that honour Retry-After, a per-request deadline.
+
+The official SDKs (``openai``, ``anthropic``) do the HTTP: authentication, headers, base URLs,
+error types. Their own retries are off (``max_retries=0``) because retrying is done here, per
+endpoint and with the limiter's view of overload. Requests go through the SDK's generic
+``client.post`` (documented for endpoints the typed methods do not cover) with a ready JSON body:
+the typed ``create`` methods walk every message of the request to transform it, which costs
+about a millisecond of CPU per call — the budget of a whole turn at 1000 requests/s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import anthropic
+import httpx2
+import openai
+from opentelemetry import trace
+
+from agents.backends.formats import (
+    AnthropicStream,
+    BadResponse,
+    OpenAIStream,
+    Reply,
+    anthropic_body,
+    fit_max_tokens,
+    openai_body,
+    parse_anthropic,
+    parse_openai,
+    prepare,
+)
+from agents.backends.limiter import AdaptiveLimiter
+from agents.backends.spec import GenerationParams, ModelSpec
+from bus.messages import PromptMessage
+
+TracerFn = Callable[[], trace.Tracer]
+
+
+class ModelUnavailable(RuntimeError):
+    """A model call that cannot succeed: gave up after retries, a refusal that retrying cannot
+    fix (400, 401…), a missing API key, a server that never came up. Raised from the policy,
+    it ends the episode as ``error`` with this message as the reason."""
+
+
+@dataclass
+class Failure(Exception):
+    """One failed attempt, classified."""
+
+    kind: str
+    message: str
+    status: int | None = None
+    retryable: bool = True
+    retry_after_s: float | None = None
+    overload: bool = False
+
+    def __str__(self) -> str:
+        status = f" {self.status}" if self.status else ""
+        return f"{self.kind}{status}: {self.message}"
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(0.0, float(ms) / 1000.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+_STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
+_TIMEOUTS = (
+    openai.APITimeoutError,
+    anthropic.APITimeoutError,
+    TimeoutError,
+    httpx2.TimeoutException,
+)
+_CONNECTION = (
+    openai.APIConnectionError,
+    anthropic.APIConnectionError,
+    httpx2.TransportError,
+    aiohttp.ClientError,
+    ConnectionError,
+    OSError,
+)
+_BAD = (
+    BadResponse,
+    json.JSONDecodeError,
+    UnicodeDecodeError,
+    openai.APIResponseValidationError,
+    anthropic.APIResponseValidationError,
+    openai.APIError,
+    anthropic.APIError,
+)
+
+
+def _cause(exc: BaseException) -> BaseException | None:
+    """The aiohttp error under an SDK error, if any (the SDKs' aiohttp adapter maps every
+    connection error, a dropped connection included, to a connect timeout)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        seen = seen.__cause__ or seen.__context__ if seen is not None else None
+        if seen is None:
+            return None
+        if isinstance(seen, aiohttp.ClientError):
+            return seen
+    return None
+
+
+def classify(exc: BaseException) -> Failure:
+    """What a failed attempt means for retrying."""
+    if isinstance(exc, Failure):
+        return exc
+    cause = _cause(exc)
+    if isinstance(cause, aiohttp.ClientPayloadError):
+        return Failure("bad_response", f"body cut short: {_short(cause)}")
+    if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(
+        cause, aiohttp.ServerTimeoutError
+    ):
+        return Failure("connection", _short(cause))
+    if isinstance(exc, _STATUS_ERRORS):
+        status = exc.status_code
+        after = retry_after(exc.response.headers)
+        message = _short(exc)
+        if status == 429:
+            return Failure("rate_limit", message, status, True, after, overload=True)
+        if status in (503, 529):
+            return Failure("overloaded", message, status, True, after, overload=True)
+        if status in (408, 409) or status >= 500:
+            return Failure("server_error", message, status, True, after)
+        kind = "auth" if status in (401, 403) else "refused"
+        return Failure(kind, message, status, retryable=False)
+    if isinstance(exc, _TIMEOUTS):
+        return Failure("timeout", _short(exc) or "no answer in time")
+    if isinstance(exc, _CONNECTION):
+        return Failure("connection", _short(exc) or type(exc).__name__)
+    if isinstance(exc, _BAD):
+        return Failure("bad_response", _short(exc) or type(exc).__name__)
+    raise exc
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc).strip().replace("\n", " ")
+    return f"{type(exc).__name__}: {text[:300]}" if text else type(exc).__name__
+
+
+# --- the two SDKs ---------------------------------------------------------------------------
+
+
+class Backend:
+    """How one API is reached through its SDK."""
+
+    provider = ""
+
+    sdk: Any = None
+
+    def make_client(
+        self, url: str, api_key: str | None, spec: ModelSpec, http: httpx2.AsyncClient
+    ) -> Any:
+        raise NotImplementedError
+
+    def body(
+        self, messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        raise NotImplementedError
+
+    async def send(self, client: Any, body: dict[str, Any], stream: bool) -> Reply:
+        raise NotImplementedError
+
+    @staticmethod
+    def root(url: str) -> str:
+        """The server root of a base URL (``…/v1`` removed), where ``/health`` lives."""
+        return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _http_client(module: Any, spec: ModelSpec) -> httpx2.AsyncClient:
+    # One connection pool per endpoint, big enough for the concurrency limit at its maximum.
+    connections = spec.concurrency.max + 16
+    limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
+    timeout = httpx2.Timeout(spec.timeout_s, connect=min(10.0, spec.timeout_s))
+    if spec.http == "aiohttp":
+        return module.DefaultAioHttpClient(limits=limits, timeout=timeout)
+    return module.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+
+
+def _common(messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams):  # type: ignore[no-untyped-def]
+    system, turns, images = prepare(messages, spec)
+    max_tokens = fit_max_tokens(params, spec, system, turns)
+    notes: dict[str, Any] = {}
+    if images.sent or images.dropped:
+        notes["images"] = images.record()
+    if max_tokens != params.max_tokens:
+        notes["max_tokens"] = max_tokens
+    return system, turns, max_tokens, notes
+
+
+class OpenAIBackend(Backend):
+    provider = "openai"
+
+    sdk = openai
+
+    def make_client(
+        self, url: str, api_key: str | None, spec: ModelSpec, http: httpx2.AsyncClient
+    ) -> Any:
+        return openai.AsyncOpenAI(
+            base_url=url,
+            # Local servers (vLLM…) take any key; the SDK insists on one.
+            api_key=api_key or "EMPTY",
+            max_retries=0,
+            timeout=spec.timeout_s,
+            default_headers=spec.headers or None,
+            http_client=http,
+        )
+
+    def body(
+        self, messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        system, turns, max_tokens, notes = _common(messages, spec, params)
+        return openai_body(system, turns, spec.model, params, max_tokens, spec.stream), notes
+
+    async def send(self, client: Any, body: dict[str, Any], stream: bool) -> Reply:
+        if not stream:
+            response = await client.post("/chat/completions", body=body, cast_to=httpx2.Response)
+            return parse_openai(json.loads(response.content))
+        start = time.monotonic()
+        ttft: float | None = None
+        acc = OpenAIStream()
+        chunks = await client.post(
+            "/chat/completions",
+            body=body,
+            cast_to=object,
+            stream=True,
+            stream_cls=openai.AsyncStream[object],
+        )
+        try:
+            async for chunk in chunks:
+                if ttft is None:
+                    ttft = time.monotonic() - start
+                acc.add(chunk)
+        finally:
+            await chunks.close()
+        return acc.reply(ttft)
+
+
+class AnthropicBackend(Backend):
+    provider = "anthropic"
+
+    sdk = anthropic
+
+    def make_client(
+        self, url: str, api_key: str | None, spec: ModelSpec, http: httpx2.AsyncClient
+    ) -> Any:
+        return anthropic.AsyncAnthropic(
+            base_url=url,
+            api_key=api_key or "none",
+            max_retries=0,
+            timeout=spec.timeout_s,
+            default_headers=spec.headers or None,
+            http_client=http,
+        )
+
+    def body(
+        self, messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        system, turns, max_tokens, notes = _common(messages, spec, params)
+        if params.seed is not None:
+            notes["seed"] = "not supported by the Anthropic API; not sent"
+        return anthropic_body(system, turns, spec.model, params, max_tokens, spec.stream), notes
+
+    async def send(self, client: Any, body: dict[str, Any], stream: bool) -> Reply:
+        if not stream:
+            response = await client.post("/v1/messages", body=body, cast_to=httpx2.Response)
+            return parse_anthropic(json.loads(response.content))
+        start = time.monotonic()
+        ttft: float | None = None
+        acc = AnthropicStream()
+        events = await client.post(
+            "/v1/messages",
+            body=body,
+            cast_to=object,
+            stream=True,
+            stream_cls=anthropic.AsyncStream[object],
+        )
+        try:
+            async for event in events:
+                if ttft is None:
+                    ttft = time.monotonic() - start
+                acc.add(event)
+        finally:
+            await events.close()
+        return acc.reply(ttft)
+
+
+BACKENDS: dict[str, Backend] = {"openai": OpenAIBackend(), "anthropic": AnthropicBackend()}
+
+
+# --- endpoints ------------------------------------------------------------------------------
+
+
+class Endpoint:
+    """One base URL: its SDK client and connection pool, limiter, load and health."""
+
+    def __init__(self, url: str, backend: Backend, spec: ModelSpec, api_key: str | None) -> None:
+        self.url = url
+        self.backend = backend
+        self.spec = spec
+        c = spec.concurrency
+        self.limiter = AdaptiveLimiter(c.start, c.min, c.max, c.decrease)
+        self.http = _http_client(backend.sdk, spec)
+        self.client = backend.make_client(url, api_key, spec, self.http)
+        self.outstanding = 0
+        self.failures = 0
+        self.down_until = 0.0
+        self.counts: Counter[str] = Counter()
+        self._health: asyncio.Task[None] | None = None
+        if spec.health.path:
+            self._health = asyncio.get_running_loop().create_task(
+                self._probe_forever(spec.health.path), name=f"health:{url}"
+            )
+
+    @property
+    def healthy(self) -> bool:
+        return time.monotonic() >= self.down_until
+
+    def succeeded(self) -> None:
+        self.failures = 0
+        self.down_until = 0.0
+        self.counts["ok"] += 1
+        self.limiter.succeeded()
+
+    def failed(self, failure: Failure) -> None:
+        self.counts[failure.kind] += 1
+        if failure.overload:
+            self.limiter.overloaded()
+        if failure.kind in ("connection", "timeout", "server_error", "bad_response"):
+            self.failures += 1
+            if self.failures >= self.spec.health.failures:
+                self.down_until = time.monotonic() + self.spec.health.cooldown_s
+
+    async def probe(self, path: str) -> bool:
+        try:
+            response = await self.http.get(self.backend.root(self.url) + path, timeout=5.0)
+            return response.status_code == 200
+        except (httpx2.HTTPError, aiohttp.ClientError, OSError, TimeoutError):
+            return False
+
+    async def _probe_forever(self, path: str) -> None:
+        interval = self.spec.health.interval_s
+        while True:
+            if await self.probe(path):
+                if self.down_until:
+                    self.down_until = 0.0
+                    self.failures = 0
+            else:
+                self.counts["health_failed"] += 1
+                self.down_until = time.monotonic() + 1.5 * interval
+            await asyncio.sleep(interval)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "limit": self.limiter.current,
+            "peak_in_flight": self.limiter.peak,
+            "shrinks": self.limiter.shrinks,
+            "healthy": self.healthy,
+            **self.counts,
+        }
+
+    async def aclose(self) -> None:
+        if self._health is not None:
+            self._health.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._health
+        await self.client.close()
+        await self.http.aclose()
+
+
+@dataclass
+class Completion:
+    """A model's reply with everything it took to get it."""
+
+    reply: Reply
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    latency_s: float = 0.0
+
+
+class ModelClient:
+    """One model of the registry, over one or more shared endpoints."""
+
+    def __init__(
+        self,
+        name: str,
+        spec: ModelSpec,
+        endpoints: list[Endpoint],
+        *,
+        secrets: tuple[str, ...] = (),
+        tracer: TracerFn | None = None,
+        unavailable: str | None = None,
+    ) -> None:
+        self.name = name
+        self.spec = spec
+        self.backend = BACKENDS[spec.backend]
+        self.endpoints = endpoints
+        self.secrets = tuple(s for s in secrets if s)
+        self.tracer = tracer or (lambda: trace.get_tracer("parley.agents"))
+        self.unavailable = unavailable
+        self._rng = random.Random()
+        self._turn = 0
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def pick(self) -> Endpoint:
+        """The healthy endpoint with the fewest requests outstanding (ties taken in turn);
+        when none is healthy, the one that comes back soonest."""
+        endpoints = self.endpoints
+        if len(endpoints) == 1:
+            return endpoints[0]
+        healthy = [e for e in endpoints if e.healthy]
+        if not healthy:
+            return min(endpoints, key=lambda e: e.down_until)
+        self._turn += 1
+        n = len(healthy)
+        order = [healthy[(self._turn + i) % n] for i in range(n)]
+        return min(order, key=lambda e: e.outstanding)
+
+    def backoff(self, attempt: int, failure: Failure) -> float:
+        retry = self.spec.retry
+        if failure.retry_after_s is not None:
+            wait = min(failure.retry_after_s, retry.retry_after_max_s)
+            return wait + self._rng.uniform(0.0, 0.1 * wait + 0.01)
+        ceiling = min(retry.backoff_max_s, retry.backoff_s * 2 ** (attempt - 1))
+        return self._rng.uniform(0.0, ceiling)  # full jitter
+
+    async def complete(self, messages: list[PromptMessage], params: GenerationParams) -> Completion:
+        """Ask the model, retrying what can be retried; raises :class:`ModelUnavailable`."""
+        if self.unavailable:
+            raise ModelUnavailable(f"model {self.name} is unavailable: {self.unavailable}")
+        spec = self.spec
+        body, notes = self.backend.body(messages, spec, params)
+        calls: list[dict[str, Any]] = []
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            endpoint = self.pick()
+            record: dict[str, Any] = {"attempt": attempt, "endpoint": endpoint.url}
+            if attempt == 1 and notes:
+                record.update(notes)
+            calls.append(record)
+            try:
+                reply = await self._attempt(endpoint, body, record)
+            except Failure as failure:
+                record["outcome"] = failure.kind
+                if failure.status:
+                    record["status"] = failure.status
+                record["error"] = self.redact(failure.message)
+                if failure.retry_after_s is not None:
+                    record["retry_after_s"] = round(failure.retry_after_s, 3)
+                elapsed = time.monotonic() - start
+                delay = self.backoff(attempt, failure)
+                if (
+                    not failure.retryable
+                    or attempt >= spec.retry.max_attempts
+                    or elapsed + delay > spec.retry.max_elapsed_s
+                ):
+                    raise ModelUnavailable(self._give_up(calls, elapsed, failure)) from None
+                record["backoff_s"] = round(delay, 3)
+                await asyncio.sleep(delay)
+                continue
+            record["outcome"] = "ok"
+            return Completion(reply, calls, time.monotonic() - start)
+
+    def _give_up(self, calls: list[dict[str, Any]], elapsed: float, failure: Failure) -> str:
+        kinds = Counter(c.get("outcome", "?") for c in calls)
+        summary = ", ".join(f"{k} ×{n}" for k, n in kinds.items())
+        last = self.redact(str(failure))
+        if not failure.retryable:
+            return f"model {self.name} refused the request ({last})"
+        return (
+            f"model {self.name} unreachable: gave up after {len(calls)} attempts in "
+            f"{elapsed:.1f} s ({summary}); last: {last}"
+        )
+
+    async def _attempt(
+        self, endpoint: Endpoint, body: dict[str, Any], record: dict[str, Any]
+    ) -> Reply:
+        spec = self.spec
+        endpoint.outstanding += 1
+        queued = time.monotonic()
+        try:
+            async with endpoint.limiter:
+                sent = time.monotonic()
+                if sent - queued > 0.0005:
+                    record["queued_s"] = round(sent - queued, 4)
+                with self.tracer().start_as_current_span(
+                    f"chat {spec.model}",
+                    kind=trace.SpanKind.CLIENT,
+                    attributes={
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.provider.name": self.backend.provider,
+                        "gen_ai.request.model": spec.model,
+                        "gen_ai.request.max_tokens": int(body.get("max_tokens") or 0),
+                        "server.address": endpoint.url,
+                        "parley.model": self.name,
+                        "parley.attempt": int(record["attempt"]),
+                    },
+                ) as span:
+                    try:
+                        async with asyncio.timeout(spec.timeout_s):
+                            reply = await self.backend.send(endpoint.client, body, spec.stream)
+                    except asyncio.CancelledError:
+                        raise
+                    except Exception as exc:
+                        failure = classify(exc)
+                        record["latency_s"] = round(time.monotonic() - sent, 4)
+                        span.set_status(trace.Status(trace.StatusCode.ERROR, failure.kind))
+                        span.set_attribute("error.type", failure.kind)
+                        endpoint.failed(failure)
+                        raise failure from None
+                    latency = time.monotonic() - sent
+                    record["latency_s"] = round(latency, 4)
+                    if reply.ttft_s is not None:
+                        record["ttft_s"] = round(reply.ttft_s, 4)
+                    if reply.usage is not None:
+                        record["usage"] = {
+                            "input": reply.usage.input_tokens,
+                            "output": reply.usage.output_tokens,
+                        }
+                        span.set_attribute("gen_ai.usage.input_tokens", reply.usage.input_tokens)
+                        span.set_attribute("gen_ai.usage.output_tokens", reply.usage.output_tokens)
+                    if reply.finish_reason:
+                        record["finish_reason"] = reply.finish_reason
+                        span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
+                    if reply.model:
+                        span.set_attribute("gen_ai.response.model", reply.model)
+                    endpoint.succeeded()
+                    return reply
+        finally:
+            endpoint.outstanding -= 1
+
+
+def api_key(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
+    """The API key from the variable the entry names; raises when it is named but unset."""
+    if spec.api_key_env is None:
+        return None
+    value = (environ if environ is not None else os.environ).get(spec.api_key_env)
+    if not value:
+        raise ModelUnavailable(
+            f"environment variable {spec.api_key_env} (api_key_env of model {spec.model}) is not set"
+        )
+    return value

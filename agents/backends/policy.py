@@ -1,0 +1,62 @@
+"""The LLM policy: the assembled prompt becomes a chat request, the reply goes back to the game."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from agents.backends.client import ModelClient, ModelUnavailable
+from agents.backends.spec import GenerationParams
+from agents.policies import Decision
+from agents.prompt import Prompt
+
+
+class LlmPolicy:
+    """Plays a role with a model of the registry.
+
+    The reply text, the raw response, one record per attempt (endpoint, outcome, latency,
+    usage, retries and why) and the token usage go into the :class:`Decision`, hence into the
+    transcript. A call that cannot succeed raises :class:`ModelUnavailable`, which ends the
+    episode as ``error`` with the reason (the run goes on).
+    """
+
+    def __init__(
+        self,
+        client: ModelClient | None,
+        params: GenerationParams,
+        *,
+        role: str = "",
+        name: str = "",
+        unavailable: str | None = None,
+    ) -> None:
+        self.client = client
+        self.params = params
+        self.role = role
+        self.name = name or (client.name if client is not None else "")
+        self._unavailable = unavailable
+        # Set when this policy owns its clients (no run-wide pool): closes them.
+        self.closer: Callable[[], Awaitable[None]] | None = None
+
+    @classmethod
+    def unavailable(cls, name: str, reason: str) -> LlmPolicy:
+        """A policy whose every turn fails with ``reason`` (missing key, unknown model…)."""
+        return cls(None, GenerationParams(), name=name, unavailable=reason)
+
+    async def decide(self, prompt: Prompt) -> Decision:
+        if self.client is None:
+            raise ModelUnavailable(self._unavailable or f"model {self.name} is unavailable")
+        done = await self.client.complete(prompt.messages(), self.params)
+        reply = done.reply
+        return Decision(
+            text=reply.text,
+            model=reply.model or self.client.spec.model,
+            usage=reply.usage,
+            latency_s=done.latency_s,
+            raw=reply.raw,
+            calls=done.calls,
+        )
+
+    async def aclose(self) -> None:
+        # Clients belong to the run's pool; only a policy made without one closes its own.
+        if self.closer is not None:
+            closer, self.closer = self.closer, None
+            await closer()

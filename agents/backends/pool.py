@@ -1,0 +1,109 @@
+"""The models of one run: clients and endpoints created once, shared by every episode."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from agents.backends.client import (
+    BACKENDS,
+    Endpoint,
+    ModelClient,
+    ModelUnavailable,
+    TracerFn,
+    api_key,
+)
+from agents.backends.spec import ModelSpec
+
+
+class ModelPool:
+    """Model name → :class:`ModelClient`, created on first use.
+
+    Endpoints are keyed by (backend, base URL, API-key variable): two registry entries served
+    by one server (two LoRA adapters on one vLLM, or the sim server) share one connection pool
+    and one concurrency limit, configured by whichever entry is used first. ``urls`` adds base
+    URLs per model (the launcher's servers). ``aclose()`` closes every connection.
+    """
+
+    def __init__(
+        self,
+        specs: Mapping[str, ModelSpec],
+        *,
+        tracer: TracerFn | None = None,
+        urls: Mapping[str, list[str]] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.specs = dict(specs)
+        self.tracer = tracer
+        self.urls = {name: list(u) for name, u in (urls or {}).items()}
+        self.environ = environ if environ is not None else os.environ
+        self.failed: dict[str, str] = {}
+        self._clients: dict[str, ModelClient] = {}
+        self._endpoints: dict[tuple[str, str, str | None], Endpoint] = {}
+
+    def mark_failed(self, name: str, reason: str) -> None:
+        """Every call to ``name`` fails at once with ``reason`` (e.g. its server never started)."""
+        self.failed[name] = reason
+        if name in self._clients:
+            self._clients[name].unavailable = reason
+
+    def add_urls(self, name: str, urls: list[str]) -> None:
+        self.urls.setdefault(name, []).extend(urls)
+
+    def client(self, name: str) -> ModelClient:
+        client = self._clients.get(name)
+        if client is not None:
+            return client
+        spec = self.specs.get(name)
+        if spec is None:
+            raise ModelUnavailable(
+                f"no model {name!r} in the registry; known: {', '.join(self.specs) or 'none'}"
+            )
+        if name in self.failed:
+            client = ModelClient(name, spec, [], tracer=self.tracer, unavailable=self.failed[name])
+            self._clients[name] = client
+            return client
+        key = api_key(spec, self.environ)
+        urls = list(dict.fromkeys([*spec.base_urls, *self.urls.get(name, [])]))
+        if not urls:
+            raise ModelUnavailable(f"model {name} has no base URL (and no running launch:)")
+        endpoints = []
+        for url in urls:
+            ident = (spec.backend, url, spec.api_key_env)
+            endpoint = self._endpoints.get(ident)
+            if endpoint is None:
+                endpoint = Endpoint(url, BACKENDS[spec.backend], spec, key)
+                self._endpoints[ident] = endpoint
+            endpoints.append(endpoint)
+        client = ModelClient(
+            name, spec, endpoints, secrets=(key,) if key else (), tracer=self.tracer
+        )
+        self._clients[name] = client
+        return client
+
+    def policy(self, name: str, params: dict[str, Any] | None = None, role: str = "") -> Any:
+        """An :class:`~agents.backends.policy.LlmPolicy` for one role of one episode."""
+        from agents.backends.policy import LlmPolicy
+
+        try:
+            client = self.client(name)
+        except ModelUnavailable as exc:
+            return LlmPolicy.unavailable(name, str(exc))
+        return LlmPolicy(client, client.spec.params.merged(params or {}), role=role)
+
+    def stats(self) -> dict[str, Any]:
+        """Per endpoint: limit now, peak in flight, shrinks, outcomes."""
+        return {f"{b}:{url}": e.stats() for (b, url, _), e in self._endpoints.items()}
+
+    async def aclose(self) -> None:
+        endpoints, self._endpoints = list(self._endpoints.values()), {}
+        self._clients = {}
+        for endpoint in endpoints:
+            await endpoint.aclose()
+
+    async def __aenter__(self) -> ModelPool:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
