@@ -134,9 +134,10 @@ class Subscription:
     subscription; messages published after that are delivered, in order per topic.
     """
 
-    def __init__(self, bus: Bus, topic_filter: str, maxsize: int) -> None:
+    def __init__(self, bus: Bus, topic_filter: str, maxsize: int, local: bool = False) -> None:
         self.bus = bus
         self.filter = topic_filter
+        self.local = local
         self.mailbox = Mailbox(maxsize)
         self._ready: asyncio.Future[None] | None = None
 
@@ -204,9 +205,10 @@ class Router:
         return set(self.exact) | {s.filter for s in self.wildcard}
 
     def count(self, topic_filter: str) -> int:
+        """Subscriptions to ``topic_filter`` that also listen beyond this process."""
         if topics.is_wildcard(topic_filter):
-            return sum(1 for s in self.wildcard if s.filter == topic_filter)
-        return len(self.exact.get(topic_filter, ()))
+            return sum(1 for s in self.wildcard if s.filter == topic_filter and not s.local)
+        return sum(1 for s in self.exact.get(topic_filter, ()) if not s.local)
 
     def __len__(self) -> int:
         return sum(len(v) for v in self.exact.values()) + len(self.wildcard)
@@ -242,14 +244,21 @@ class Bus(ABC):
             return
         await self.publish(topic, message, qos=qos)
 
-    def subscribe(self, topic_filter: str, *, maxsize: int = DEFAULT_MAXSIZE) -> Subscription:
-        """Start receiving messages that match ``topic_filter``."""
+    def subscribe(
+        self, topic_filter: str, *, maxsize: int = DEFAULT_MAXSIZE, local: bool = False
+    ) -> Subscription:
+        """Start receiving messages that match ``topic_filter``.
+
+        ``local=True``: only what this process publishes (no broker subscription) — for the
+        inboxes of actors whose every correspondent lives in the same process.
+        """
         if self.closed:
             raise BusClosed("bus is closed")
         topics.check_filter(topic_filter)
-        sub = Subscription(self, topic_filter, maxsize)
+        sub = Subscription(self, topic_filter, maxsize, local)
         self.router.add(sub)
-        self._on_subscribe(sub)
+        if not local:
+            self._on_subscribe(sub)
         return sub
 
     def _on_subscribe(self, sub: Subscription) -> None:

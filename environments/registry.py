@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -55,6 +56,10 @@ def register(info: GameInfo) -> GameInfo:
 
 @cache
 def _load_families() -> None:
+    # PARLEY_PLUGINS: extra modules (comma-separated) that register games of their own.
+    plugins = [m.strip() for m in os.environ.get("PARLEY_PLUGINS", "").split(",") if m.strip()]
+    for module in plugins:
+        importlib.import_module(module)
     for module in FAMILIES:
         try:
             importlib.import_module(module)

@@ -31,8 +31,11 @@ class ActorHost:
     actors keep no reference here, so memory does not grow with the number of episodes run.
     """
 
-    def __init__(self, bus: Bus) -> None:
+    def __init__(self, bus: Bus, *, local: bool = True) -> None:
         self.bus = bus
+        # An episode's actors all live in this process: their inboxes need no broker round trip
+        # (everything they publish still reaches the broker for remote observers).
+        self.local = local
         self._tasks: dict[Actor, asyncio.Task[None]] = {}
 
     def __len__(self) -> int:
@@ -40,7 +43,7 @@ class ActorHost:
 
     async def start(self, actor: Actor, on_error: ErrorHandler, *, maxsize: int = 64) -> None:
         """Subscribe ``actor`` to its inbox and start feeding it."""
-        sub = self.bus.subscribe(actor.inbox, maxsize=maxsize)
+        sub = self.bus.subscribe(actor.inbox, maxsize=maxsize, local=self.local)
         await sub.ready()
         task = asyncio.create_task(self._feed(actor, sub, on_error), name=f"actor:{actor.inbox}")
         self._tasks[actor] = task

@@ -9,6 +9,7 @@ episode.
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 from environments.base import GameMaster, Observation, View
@@ -70,6 +71,12 @@ def wordy(view: View, rng: random.Random) -> str:
     return "x" * 200_000
 
 
+def slow(view: View, rng: random.Random) -> str:
+    """Counts, taking a fifth of a second per reply (runs in a worker thread)."""
+    time.sleep(0.2)
+    return str((view.data or {})["next"])
+
+
 def random_number(view: View, rng: random.Random) -> str:
     return str(rng.randint(1, 3))
 
@@ -91,10 +98,12 @@ INFO = register(
                 "random": random_number,
                 "raises_on_3": raises_on_3,
                 "wordy": wordy,
+                "slow": slow,
             }
         },
         description="test game",
         text_only=True,
         default_settings=dict(SETTINGS),
+        offload_players=True,
     )
 )
