@@ -42,7 +42,9 @@ class Agent:
         return Prompt(
             role=self.role,
             system=self.system,
-            history=self.episodic.window(self.history_policy),
+            # A snapshot: the store's list grows with this turn's reply, which must not show up
+            # in the prompt recorded for this turn.
+            history=list(self.episodic.window(self.history_policy)),
             working=self.working,
             turn=self.turns,
         )
