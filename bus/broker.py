@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -43,10 +44,31 @@ def find_mosquitto() -> str | None:
 
 
 def free_port(host: str = DEFAULT_HOST) -> int:
-    """A TCP port nothing listens on right now."""
+    """A TCP port nothing uses right now, below the ephemeral range when possible.
+
+    A port from the ephemeral range can be taken while its broker restarts: by another
+    connection's local end, or by a client reconnecting to it, which on Linux may connect to
+    itself (its local port chosen equal to the port it dials).
+    """
+    low = _ephemeral_low()
+    for _ in range(50):
+        port = random.randrange(10000, low) if low > 10100 else 0
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return sock.getsockname()[1]
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 49152  # the IANA dynamic range (macOS, Windows)
 
 
 def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
@@ -180,6 +202,22 @@ class BrokerProcess:
             self.process.kill()
             self.process.wait()
         self._closed_log()
+
+    def save(self, timeout: float = 5.0) -> None:
+        """Make Mosquitto write its database now (SIGUSR1), as its autosave does periodically."""
+        if not self.running:
+            raise BrokerError("mosquitto is not running")
+        db = self.data_dir / "mosquitto.db"
+        before = db.stat().st_mtime_ns if db.exists() else None
+        assert self.process is not None
+        self.process.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if db.exists() and db.stat().st_mtime_ns != before:
+                time.sleep(0.05)  # let it finish writing
+                return
+            time.sleep(0.01)
+        raise BrokerError(f"mosquitto did not write {db} in {timeout} s")
 
     def restart(self, *, hard: bool = False, downtime: float = 0.0) -> None:
         """Stop (or with ``hard``, kill), stay down ``downtime`` seconds, start on the same port."""

@@ -29,6 +29,7 @@ import random
 import secrets
 import socket
 import ssl
+import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -90,6 +91,8 @@ class _Connection:
 
     client: aiomqtt.Client
     generation: int
+    loop: asyncio.AbstractEventLoop
+    loop_thread: int
     mids: dict[int, int] = field(default_factory=dict)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     server_receive_maximum: int | None = None
@@ -99,16 +102,25 @@ class _Connection:
     def paho(self) -> paho_mqtt.Client:
         return self.client._client
 
-    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def fail(self, exc: BaseException) -> None:
+        """The socket broke: end this connection (the connection loop starts the next)."""
+        disconnected = self.client._disconnected
+        if not disconnected.done():
+            disconnected.set_exception(exc)
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+        return task
 
 
 class MqttBus(Bus):
     """A bus over one MQTT connection; see the module docstring for the guarantees.
 
-    Options: ``client_id`` (default ``parley-<host>-<pid>-<random>``), ``username``/``password``,
+    Options: ``client_id`` (default ``parley-<host>-<pid>-<random>``), ``clean_start`` (discard a
+    session the broker keeps for this client id; default: only for a chosen ``client_id``),
+    ``username``/``password``,
     ``tls`` with ``tls_ca``/``tls_cert``/``tls_key`` (client certificate) and ``tls_insecure``
     (no certificate or host name check: tests only), ``protocol`` ("5", or "3.1.1" for brokers
     without MQTT 5: no ``no_local``, own messages are then recognised by id, and no session
@@ -127,6 +139,7 @@ class MqttBus(Bus):
         port: int | None = None,
         *,
         client_id: str | None = None,
+        clean_start: bool | None = None,
         username: str | None = None,
         password: str | None = None,
         tls: bool = False,
@@ -160,6 +173,11 @@ class MqttBus(Bus):
         self.tls = tls or bool(tls_ca or tls_cert)
         self.port = port or (8883 if self.tls else 1883)
         self.client_id = client_id or default_client_id()
+        # A generated id cannot have an old session, so the first connection may ask to keep
+        # one: Mosquitto 2.0.11 writes to its database (and restores after a restart) only the
+        # MQTT 5 sessions whose first CONNECT had Clean Start = 0. A chosen id may have an old
+        # session with old subscriptions: start clean unless told otherwise.
+        self.clean_start = (client_id is not None) if clean_start is None else clean_start
         self.username = username
         self.password = password
         self.tls_ca = tls_ca
@@ -184,6 +202,7 @@ class MqttBus(Bus):
         self.resolve_image = resolve_image
 
         self._filters: dict[str, _Filter] = {}
+        self._stale: set[str] = set()  # unsubscribed here, maybe not yet on the broker
         self._pending: OrderedDict[int, _Outgoing] = OrderedDict()
         self._unsent: deque[int] = deque()
         self._seq = 0
@@ -493,6 +512,7 @@ class MqttBus(Bus):
             ready = asyncio.get_running_loop().create_future()
             ready.add_done_callback(_retrieve)
             state = self._filters[sub.filter] = _Filter(ready)
+            self._stale.discard(sub.filter)
             conn = self._conn
             if conn is not None:
                 conn.spawn(self._broker_subscribe(conn, [(sub.filter, state)]))
@@ -506,9 +526,13 @@ class MqttBus(Bus):
         del self._filters[sub.filter]
         if not state.ready.done():
             state.ready.cancel()
+        # Wait for the UNSUBACK, so that what is published after close() is not delivered here;
+        # without a connection, the next one unsubscribes (the session may still hold it).
+        self._stale.add(sub.filter)
         conn = self._conn
         if conn is not None:
-            conn.spawn(self._broker_unsubscribe(conn, sub.filter))
+            task = conn.spawn(self._broker_unsubscribe(conn, [sub.filter]))
+            await asyncio.wait([task], timeout=self.operation_timeout)
 
     async def _broker_subscribe(
         self, conn: _Connection, filters: list[tuple[str, _Filter]]
@@ -538,11 +562,15 @@ class MqttBus(Bus):
                 else:
                     state.ready.set_result(None)
 
-    async def _broker_unsubscribe(self, conn: _Connection, topic_filter: str) -> None:
+    async def _broker_unsubscribe(self, conn: _Connection, filters: list[str]) -> None:
         try:
-            await conn.client.unsubscribe(topic_filter, timeout=self.operation_timeout)
+            await conn.client.unsubscribe(filters, timeout=self.operation_timeout)
         except MqttError as exc:
-            log.debug("unsubscribing from %s failed: %s", topic_filter, exc)
+            log.debug("unsubscribing from %s failed: %s", filters, exc)
+            return
+        for topic_filter in filters:
+            if topic_filter not in self._filters:
+                self._stale.discard(topic_filter)
 
     # -- receiving ------------------------------------------------------------------------------
 
@@ -571,38 +599,76 @@ class MqttBus(Bus):
     # PUBACKs (which arrive on the same socket).
 
     def _pause_reading(self, conn: _Connection) -> None:
-        sock = conn.paho.socket()
-        if sock is None:
-            return
-        asyncio.get_running_loop().remove_reader(sock.fileno())
         conn.paused = True
+        _remove(conn.loop.remove_reader, conn.paho.socket())
         log.debug(
-            "%s: %d messages waiting for mailboxes; reading paused",
-            self.client_id,
-            len(self._inbox),
+            "%s: %d messages wait for mailboxes; reading paused", self.client_id, len(self._inbox)
         )
 
     def _resume_reading(self, conn: _Connection) -> None:
         conn.paused = False
-        sock = conn.paho.socket()
-        if sock is None or conn is not self._conn or sock.fileno() < 0:
-            return
-        asyncio.get_running_loop().add_reader(sock.fileno(), self._socket_readable, conn)
+        if conn is self._conn:
+            _add(conn.loop.add_reader, conn.paho.socket(), self._socket_readable, conn)
+
+    # The socket callbacks replace aiomqtt's: the same work, plus the pause above, and no error
+    # when a socket closes between paho asking for a callback and the loop running it (aiomqtt
+    # schedules add_writer on a file descriptor that may be closed by then).
+
+    def _install_socket_callbacks(self, conn: _Connection) -> None:
+        paho, client, loop = conn.paho, conn.client, conn.loop
+
+        def on_open(_c: object, _u: object, sock: Any) -> None:
+            def register() -> None:
+                if not conn.paused:
+                    _add(loop.add_reader, sock, self._socket_readable, conn)
+                if client._misc_task is None or client._misc_task.done():
+                    client._misc_task = loop.create_task(client._misc_loop())
+
+            loop.call_soon_threadsafe(register)  # paho opens the socket in an executor thread
+
+        def on_register_write(_c: object, _u: object, sock: Any) -> None:
+            if threading.get_ident() == conn.loop_thread:
+                _add(loop.add_writer, sock, self._socket_writable, conn)
+            else:
+                loop.call_soon_threadsafe(_add, loop.add_writer, sock, self._socket_writable, conn)
+
+        def on_unregister_write(_c: object, _u: object, sock: Any) -> None:
+            _remove(loop.remove_writer, sock)
+
+        def on_close(_c: object, _u: object, sock: Any) -> None:
+            def unregister() -> None:
+                _remove(loop.remove_reader, sock)
+                _remove(loop.remove_writer, sock)
+                if client._misc_task is not None and not client._misc_task.done():
+                    client._misc_task.cancel()
+
+            if threading.get_ident() == conn.loop_thread:
+                unregister()
+            else:
+                loop.call_soon_threadsafe(unregister)
+
+        paho.on_socket_open = on_open
+        paho.on_socket_close = on_close
+        paho.on_socket_register_write = on_register_write
+        paho.on_socket_unregister_write = on_unregister_write
 
     def _socket_readable(self, conn: _Connection) -> None:
-        """What aiomqtt's reader does: let paho read (draining TLS buffers), fail on errors."""
         paho = conn.paho
         try:
             while True:
                 paho.loop_read()
                 sock = paho._sock
                 if sock is not None and hasattr(sock, "pending") and sock.pending() > 0:
-                    continue
+                    continue  # TLS: decrypted bytes the selector cannot see
                 break
         except Exception as exc:
-            disconnected = conn.client._disconnected
-            if not disconnected.done():
-                disconnected.set_exception(exc)
+            conn.fail(exc)
+
+    def _socket_writable(self, conn: _Connection) -> None:
+        try:
+            conn.paho.loop_write()
+        except Exception as exc:
+            conn.fail(exc)
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -679,7 +745,7 @@ class MqttBus(Bus):
             identifier=self.client_id,
             protocol=self.protocol,
             clean_session=None if v5 else True,
-            clean_start=not self._ever_connected,
+            clean_start=self.clean_start and not self._ever_connected,
             keepalive=self.keepalive,
             timeout=self.operation_timeout,
             max_inflight_messages=0,  # parley's own window (see _pump) decides
@@ -691,7 +757,10 @@ class MqttBus(Bus):
         )
         client.pending_calls_threshold = 1_000_000
         self._generation += 1
-        conn = _Connection(client, self._generation)
+        conn = _Connection(
+            client, self._generation, asyncio.get_running_loop(), threading.get_ident()
+        )
+        self._install_socket_callbacks(conn)
         conn_box.append(conn)
         paho = client._client
         paho.manual_ack_set(True)
@@ -759,6 +828,9 @@ class MqttBus(Bus):
             filters = list(self._filters.items())
             if filters:
                 conn.spawn(self._broker_subscribe(conn, filters))
+            stale = sorted(self._stale - set(self._filters))
+            if stale:
+                conn.spawn(self._broker_unsubscribe(conn, stale))
             await asyncio.wait({disconnected, self._closing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             self._conn = None
@@ -782,6 +854,21 @@ class MqttBus(Bus):
                 await asyncio.wait_for(
                     asyncio.shield(conn.client._disconnected), self.operation_timeout
                 )
+
+
+def _add(register: Callable[..., None], sock: Any, *args: Any) -> None:
+    """``loop.add_reader``/``add_writer`` for ``sock``, if it is still open."""
+    fd = sock.fileno() if sock is not None else -1
+    if fd >= 0:
+        with contextlib.suppress(OSError, ValueError):
+            register(fd, *args)
+
+
+def _remove(unregister: Callable[[int], bool], sock: Any) -> None:
+    fd = sock.fileno() if sock is not None else -1
+    if fd >= 0:
+        with contextlib.suppress(OSError, ValueError):
+            unregister(fd)
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:
