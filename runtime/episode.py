@@ -9,6 +9,7 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
@@ -120,15 +121,13 @@ class _AgentActor(Actor):
             f"invoke_agent {self.agent.role}",
             context=tracing.extract(request.traceparent),
             kind=trace.SpanKind.INTERNAL,
+            # Run, game and pairing sit on the episode span (and the run on the resource):
+            # every attribute costs the SDK ~20 µs to check, on every turn.
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.name": self.agent.role,
                 "gen_ai.conversation.id": runner.spec.id,
-                "parley.run": runner.options.run,
-                "parley.game": runner.spec.game,
-                "parley.episode": runner.spec.id,
                 "parley.turn": request.turn,
-                "parley.role": self.agent.role,
                 "parley.player": runner.spec.players[self.agent.role].label,
             },
         ) as span:
@@ -206,10 +205,18 @@ class EpisodeRunner:
         await self._publish_finished()
         return self.result
 
+    async def _gm_call(self, fn: Any, *args: Any) -> Any:
+        """Call into the game (instance, game master); in a worker thread when the game asks
+        for it (``GameInfo.offload_game_master``: it renders or searches there), so the event
+        loop never waits on it. Calls of one episode never overlap: the game needs no locks."""
+        if self.info.offload_game_master:
+            return await anyio.to_thread.run_sync(fn, *args)
+        return fn(*args)
+
     async def _start(self) -> None:
         spec, info = self.spec, self.info
-        instance = spec.instance or info.instance(spec.seed, spec.settings)
-        self.gm = info.game_master(instance, spec.settings)
+        instance = spec.instance or await self._gm_call(info.instance, spec.seed, spec.settings)
+        self.gm = await self._gm_call(info.game_master, instance, spec.settings)
         self.result.private_facts = {
             role: facts for role in info.roles if (facts := self.gm.private_facts(role))
         }
@@ -299,9 +306,11 @@ class EpisodeRunner:
         gm = self.gm
         assert gm is not None
         try:
-            turn = gm.next_turn()
+            turn = await self._gm_call(gm.next_turn)
         except Exception as exc:
             self.fail(f"game master failed: {type(exc).__name__}: {exc}", exc)
+            return
+        if self.done.done():  # cancelled while the game master worked
             return
         if turn is None:
             self._finish(gm.outcome or "lost", gm.reason)
@@ -336,8 +345,6 @@ class EpisodeRunner:
             f"turn {self.requests} {turn.role}",
             context=trace.set_span_in_context(self._episode_span) if self._episode_span else None,
             attributes={
-                "parley.run": self.options.run,
-                "parley.game": self.spec.game,
                 "parley.episode": self.spec.id,
                 "parley.turn": self.requests,
                 "parley.role": turn.role,
@@ -369,7 +376,7 @@ class EpisodeRunner:
         gm = self.gm
         assert gm is not None
         try:
-            gm.on_reply(response.role, text)
+            await self._gm_call(gm.on_reply, response.role, text)
             events = gm.drain_events()
         except Exception as exc:
             self.fail(f"game master failed on a reply: {type(exc).__name__}: {exc}", exc)

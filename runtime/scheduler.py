@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,20 +76,25 @@ class Scheduler:
 
     async def run(self, parent: trace.Span | None = None) -> None:
         queue = iter(self.specs)
+        recording: set[asyncio.Task[None]] = set()
 
-        async with anyio.create_task_group() as recording:
+        async def worker() -> None:
+            for spec in queue:
+                if self.stopping:
+                    return
+                result = await self._play(spec, parent)
+                # The slot is free once the episode ends; it counts once it is on disk.
+                task = asyncio.create_task(self._record(result))
+                recording.add(task)
+                task.add_done_callback(recording.discard)
 
-            async def worker() -> None:
-                for spec in queue:
-                    if self.stopping:
-                        return
-                    result = await self._play(spec, parent)
-                    # The slot is free once the episode ends; it counts once it is on disk.
-                    recording.start_soon(self._record, result)
-
+        try:
             async with anyio.create_task_group() as tg:
                 for _ in range(min(self.concurrency, len(self.specs))):
                     tg.start_soon(worker)
+        finally:
+            if recording:
+                await asyncio.gather(*recording)
 
     async def _play(self, spec: EpisodeSpec, parent: trace.Span | None) -> EpisodeResult:
         runner = EpisodeRunner(spec, self.bus, self.host, self.options)
