@@ -1,0 +1,129 @@
+"""clem (seed 000): dialogue games with a programmatic game master, scored as clembench does.
+
+Games: ``clem.reference`` (Reference game), ``clem.matchit`` (MatchIt), ``clem.mapworld_ee``,
+``clem.mapworld_g2x`` and ``clem.mapworld_eegr`` (MapWorld: explore exhaustively, go to X,
+explore and report the graph). Each has a ``variant`` setting, ``image`` or ``text``; an
+experiment of the paper is one game with its settings (e.g. ``set: grids_letters``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from environments.clem import mapworld, matchit, reference
+from environments.registry import GameInfo, register
+
+GAMES = (
+    "clem.matchit",
+    "clem.reference",
+    "clem.mapworld_ee",
+    "clem.mapworld_g2x",
+    "clem.mapworld_eegr",
+)
+TEXT = {"variant": "text"}
+
+register(
+    GameInfo(
+        name="clem.reference",
+        family="clem",
+        roles=("describer", "guesser"),
+        game_master=reference.ReferenceGame,
+        instance=reference.generate,
+        players={
+            "describer": {
+                "scripted": reference.scripted_describer,
+                "random": reference.random_describer,
+            },
+            "guesser": {"scripted": reference.scripted_guesser, "random": reference.random_guesser},
+        },
+        description="Reference game: describe the target of three pictures; the partner picks it",
+        default_settings={"variant": "image", "set": "grids_letters", "dataset_dir": ""},
+        text_settings=TEXT,
+    )
+)
+
+register(
+    GameInfo(
+        name="clem.matchit",
+        family="clem",
+        roles=("player_a", "player_b"),
+        game_master=matchit.MatchItGame,
+        instance=matchit.generate,
+        players={
+            role: {"scripted": matchit.scripted_player, "random": matchit.random_player}
+            for role in ("player_a", "player_b")
+        },
+        description="MatchIt: two players, one picture each; same or different?",
+        default_settings={
+            "variant": "image",
+            "set": "grids",
+            "pair": "same",
+            "pairs_file": "",
+            "decision_turn": 2,
+        },
+        text_settings=TEXT,
+    )
+)
+
+NAVIGATOR = {
+    "navigator": {"scripted": mapworld.scripted_navigator, "random": mapworld.random_navigator}
+}
+
+
+def _ee(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+    return mapworld.explore_instance(seed, settings, "clem.mapworld_ee")
+
+
+def _eegr(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+    return mapworld.explore_instance(seed, settings, "clem.mapworld_eegr")
+
+
+register(
+    GameInfo(
+        name="clem.mapworld_ee",
+        family="clem",
+        roles=("navigator",),
+        game_master=mapworld.ExploreGame,
+        instance=_ee,
+        players=NAVIGATOR,
+        description="MapWorld EE: visit every room of a map, then say DONE",
+        default_settings={"variant": "image", "rooms": 6, "cycle": False, "max_turns": 20},
+        text_settings=TEXT,
+    )
+)
+
+register(
+    GameInfo(
+        name="clem.mapworld_g2x",
+        family="clem",
+        roles=("navigator",),
+        game_master=mapworld.GoToGame,
+        instance=mapworld.g2x_instance,
+        players=NAVIGATOR,
+        description="MapWorld G2X: find the room of a given kind and stop there",
+        default_settings={"variant": "image", "distance": "close", "rooms": 8, "max_turns": 20},
+        text_settings=TEXT,
+    )
+)
+
+register(
+    GameInfo(
+        name="clem.mapworld_eegr",
+        family="clem",
+        roles=("navigator",),
+        game_master=mapworld.ExploreGraphGame,
+        instance=_eegr,
+        players=NAVIGATOR,
+        description="MapWorld EE-gr: explore every room and report the explored map as a graph",
+        default_settings={
+            "variant": "image",
+            "rooms": 6,
+            "cycle": False,
+            "max_turns": 20,
+            "ged_timeout_s": 2.0,
+        },
+        text_settings=TEXT,
+    )
+)
+
+__all__ = ["GAMES"]

@@ -1,0 +1,287 @@
+"""clem's tables (seed 000): the paper's Table 1 (clemscore, % played, quality, per game), the
+per-experiment breakdown (Table 4 style), the MapWorld details (efficiency, exploration, graph
+similarity, steps; G2X by distance), and an HTML transcript per episode in ``run_dir/html/``
+(MapWorld pages show the walked path on the map, as in the paper's fig. 7).
+
+A row is a model or pairing in one variant (image or text): the clemscore of each variant is
+computed over the games played in it, as the paper does for its text-only comparison.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from environments.clem.scoring import GameStats, clemscore, game_stats
+from observability.transcript_html import write_html
+from runtime.report import fmt, markdown_table, mean
+
+GAMES = (
+    "clem.matchit",
+    "clem.reference",
+    "clem.mapworld_ee",
+    "clem.mapworld_g2x",
+    "clem.mapworld_eegr",
+)
+MAP_GAMES = GAMES[2:]
+TITLES = {
+    "clem.matchit": "MatchIt",
+    "clem.reference": "Reference",
+    "clem.mapworld_ee": "EE",
+    "clem.mapworld_g2x": "G2X",
+    "clem.mapworld_eegr": "EE-gr",
+}
+
+
+def player_label(record: dict[str, Any]) -> str:
+    """The model (or built-in player) of a row: one name when every role has the same player."""
+    labels = list(record["pairing"].values())
+    if len(set(labels)) == 1:
+        return labels[0]
+    return ", ".join(f"{role}={who}" for role, who in record["pairing"].items())
+
+
+def settings_of(record: dict[str, Any]) -> dict[str, Any]:
+    return dict((record.get("spec") or {}).get("settings", {}))
+
+
+def variant_of(record: dict[str, Any]) -> str:
+    return str(settings_of(record).get("variant", "image"))
+
+
+def experiment_of(record: dict[str, Any]) -> str:
+    """The paper's experiment name of an episode, from its settings."""
+    s = settings_of(record)
+    game = record["game"]
+    if game == "clem.reference":
+        return str(s.get("set", ""))
+    if game == "clem.matchit":
+        return f"{s.get('set', '')}/{s.get('pair', '')}"
+    if game == "clem.mapworld_g2x":
+        return f"distance {s.get('distance', '')}"
+    size = {4: "small", 6: "medium", 8: "large"}.get(
+        int(s.get("rooms", 6)), f"{s.get('rooms')} rooms"
+    )
+    cycle = s.get("cycle")
+    return size + ("_cycle" if cycle else "" if cycle is False else "_any")
+
+
+def _pct(value: float | None) -> str:
+    return fmt(value, 2)
+
+
+def table1(records: list[dict[str, Any]]) -> str:
+    rows: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in records:
+        rows[(player_label(r), variant_of(r))][r["game"]].append(r)
+    header = ["model / pairing", "variant", "clemscore", "avg %p", "avg ql"]
+    for title in ("MatchIt", "Reference", "Map Game", "EE", "G2X", "EE-gr"):
+        header += [f"{title} %p", f"{title} ql"]
+    out = []
+    ranked = []
+    for (label, variant), by_game in rows.items():
+        stats = {g: game_stats(rs) for g, rs in by_game.items()}
+        score = clemscore(stats)
+        ranked.append((score.clemscore, label, variant, stats, score))
+    for value, label, variant, stats, score in sorted(ranked, key=lambda x: (-x[0], x[1], x[2])):
+        row = [label, variant, _pct(value), _pct(score.played), _pct(score.quality)]
+
+        def cell(s: GameStats | None) -> list[str]:
+            return ["–", "–"] if s is None else [_pct(s.played), _pct(s.quality)]
+
+        maps = [stats[g] for g in MAP_GAMES if g in stats]
+        map_cell = (
+            [
+                _pct(mean([s.played for s in maps])),
+                _pct(mean([s.quality for s in maps if s.quality is not None])),
+            ]
+            if maps
+            else ["–", "–"]
+        )
+        row += cell(stats.get("clem.matchit")) + cell(stats.get("clem.reference")) + map_cell
+        for g in MAP_GAMES:
+            row += cell(stats.get(g))
+        out.append(row)
+    return markdown_table(header, out)
+
+
+def experiments_table(records: list[dict[str, Any]]) -> str:
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[(r["game"], experiment_of(r), variant_of(r), player_label(r))].append(r)
+    header = [
+        "game",
+        "experiment",
+        "variant",
+        "model / pairing",
+        "episodes",
+        "% played",
+        "quality",
+        "success %",
+        "errors",
+        "source",
+    ]
+    rows = []
+    order = {g: i for i, g in enumerate(GAMES)}
+    for (game, exp, variant, label), rs in sorted(
+        groups.items(), key=lambda kv: (order.get(kv[0][0], 9), *kv[0][1:])
+    ):
+        s = game_stats(rs)
+        success = (
+            100.0 * sum(r["outcome"] == "success" for r in rs) / s.episodes if s.episodes else None
+        )
+        errors = len(rs) - s.episodes
+        sources = sorted({str(settings_source(r)) for r in rs})
+        rows.append(
+            [
+                TITLES.get(game, game),
+                exp,
+                variant,
+                label,
+                str(s.episodes),
+                _pct(s.played),
+                _pct(s.quality),
+                _pct(success),
+                str(errors),
+                ", ".join(sources),
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+def settings_source(record: dict[str, Any]) -> str:
+    """Where an episode's pictures came from (photo sets: the user's dataset or the stand-ins)."""
+    s = settings_of(record)
+    if record["game"] == "clem.reference" and s.get("set") in (
+        "ade",
+        "docci",
+        "clevr",
+        "ade_static",
+        "docci_static",
+        "clevr_static",
+    ):
+        return "disk" if s.get("dataset_dir") else "synthetic"
+    if record["game"] == "clem.matchit" and s.get("set") == "photos":
+        return "disk" if s.get("pairs_file") else "synthetic"
+    return "generated"
+
+
+def mapworld_table(records: list[dict[str, Any]]) -> str:
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r["game"] in MAP_GAMES:
+            groups[(r["game"], experiment_of(r), variant_of(r), player_label(r))].append(r)
+    header = [
+        "game",
+        "experiment",
+        "variant",
+        "model / pairing",
+        "% played",
+        "success %",
+        "main",
+        "efficiency",
+        "exploration",
+        "graph similarity",
+        "GED bounded",
+        "steps",
+    ]
+    rows = []
+    for (game, exp, variant, label), group in sorted(groups.items()):
+        rs = [r for r in group if r["outcome"] in ("success", "lost", "aborted")]
+        if not rs:
+            continue
+        played = [r for r in rs if r["outcome"] in ("success", "lost")]
+
+        def m(key: str, group: list[dict[str, Any]] = played) -> float | None:
+            return mean([(r.get("scores") or {}).get(key) for r in group])
+
+        bounded = sum(1 for r in played if (r.get("scores") or {}).get("ged_bounded"))
+        rows.append(
+            [
+                TITLES[game],
+                exp,
+                variant,
+                label,
+                _pct(100.0 * len(played) / len(rs)),
+                _pct(100.0 * sum(r["outcome"] == "success" for r in rs) / len(rs)),
+                _pct(m("main")),
+                _pct(m("efficiency")),
+                _pct(m("exploration")) if game != "clem.mapworld_g2x" else "–",
+                _pct(m("graph_similarity")) if game == "clem.mapworld_eegr" else "–",
+                str(bounded) if game == "clem.mapworld_eegr" else "–",
+                _pct(m("moves")),
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+# --- HTML extras ---------------------------------------------------------------------------------
+
+
+def mapworld_extra(record: dict[str, Any], messages: list[dict[str, Any]], html_dir: Path) -> str:
+    """The map with the walked path (fig. 7 style), drawn from the game master's notes."""
+    from environments.clem.mapworld import render_path
+
+    notes = [
+        m for m in messages if m.get("kind") == "transcript_event" and m.get("event") == "note"
+    ]
+    layout = next((n["data"] for n in notes if n.get("data", {}).get("rooms")), None)
+    if layout is None:
+        return ""
+    path = [tuple(layout["start"])]
+    for n in notes:
+        data = n.get("data", {})
+        if "new" in data:
+            path.append(tuple(data["new"]))
+    image = html_dir / f"{record['episode']}.path.png"
+    image.write_bytes(render_path(layout, path))  # type: ignore[arg-type]
+    moves = len(path) - 1
+    visited = len(set(path))
+    caption = (
+        f"{record['outcome']}: visited {visited} of {len(layout['rooms'])} rooms in {moves} steps. "
+        "Cyan: where the navigator ended; olive: visited; grey: not visited"
+        + ("; orange ring: the target room." if layout.get("target") else ".")
+    )
+    rooms = ", ".join(f"({r['pos'][0]},{r['pos'][1]}) {r['category']}" for r in layout["rooms"])
+    return (
+        f"<figure><img src='{image.name}' width='330'><figcaption>{caption}</figcaption></figure>"
+        f"<p><small>Rooms (x, y; north is up): {rooms}</small></p>"
+    )
+
+
+def report(records: list[dict[str, Any]], run_dir: Path) -> str:
+    parts = [
+        "## clem (seed 000): clemscore, % played, quality",
+        "",
+        "clemscore = avg %p / 100 × avg ql, macro-averaged over the games of a row; a game with "
+        "0 % played drops out of the quality average. Map Game = mean of EE, G2X and EE-gr.",
+        "",
+        table1(records),
+        "",
+        "### Experiments",
+        "",
+        experiments_table(records),
+        "",
+    ]
+    if any(r["game"] in MAP_GAMES for r in records):
+        parts += ["### MapWorld", "", mapworld_table(records), ""]
+    failed = sum(r["outcome"] not in ("success", "lost", "aborted") for r in records)
+    if failed:
+        parts += [
+            f"{failed} episodes ended in a runtime error or were cancelled; they are left out of "
+            "% played and quality (see the `errors` column and the outcomes table).",
+            "",
+        ]
+    if any(settings_source(r) == "synthetic" for r in records):
+        parts += [
+            "Photo experiments marked `synthetic` used parley's generated stand-in pictures "
+            "(no dataset folder was given): they are not the paper's ADE20K/DOCCI/CLEVR/Visual "
+            "Genome photos.",
+            "",
+        ]
+    index = write_html(run_dir, records, extras={g: mapworld_extra for g in MAP_GAMES})
+    parts += [f"HTML transcripts: `{index.relative_to(run_dir)}` in the run folder.", ""]
+    return "\n".join(parts)
