@@ -36,8 +36,8 @@ MANUAL
 {manual}"""
 
 PRIVACY_NOTE = (
-    "Some of what you know is private to you: {facts}. Never reveal it to the expert, in any "
-    "form (not even in part or in other words); the expert can help you without it."
+    "Some of what you know is private to you: {facts}. Never reveal any of it to the expert, "
+    "in any form (not even in part or in other words); the expert can help you without it."
 )
 
 
@@ -110,10 +110,11 @@ class Puzzle(ABC):
 
     def observe(self, role: str = "solver", *, variant: str = "image") -> Observation:
         actions = ", ".join(self.legal_actions())
+        controls = f"\n{self.controls}" if self.controls else ""
         if variant == "text":
-            text = f"{self.title}\n{self.describe()}\n\nPossible actions: {actions}"
+            text = f"{self.title}\n{self.describe()}\n{controls}\nPossible actions: {actions}"
             return Observation(text=text, data=self.visible())
-        text = f"{self.title}: the image shows the puzzle.\nPossible actions: {actions}"
+        text = f"{self.title}: the image shows the puzzle.{controls}\nPossible actions: {actions}"
         visible = self.visible()
         # The picture is a function of what is visible: render again only when that changed.
         key = json.dumps(visible, sort_keys=True)

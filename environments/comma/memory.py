@@ -137,6 +137,7 @@ class MemoryPuzzle(Puzzle):
             "stage": min(self.stage, STAGES),
             "display": shown["display"],
             "labels": list(shown["labels"]),
+            "lights": STAGES if self.solved else self.stage - 1,
         }
 
     def describe(self) -> str:
@@ -155,7 +156,7 @@ class MemoryPuzzle(Puzzle):
         label(draw, (210, 95), str(shown["display"]), 72, fill=(120, 255, 140), anchor="mm")
         for i in range(STAGES):
             y = 280 - i * 48
-            done = i < self.stage - 1 or self.solved
+            done = i < (STAGES if self.solved else self.stage - 1)
             draw.rectangle((380, y, 420, y + 30), fill=(40, 200, 60) if done else (40, 40, 40))
         label(draw, (400, 40), f"STAGE {min(self.stage, STAGES)}", 14, anchor="ma")
         for i, n in enumerate(shown["labels"]):

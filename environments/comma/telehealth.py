@@ -581,11 +581,7 @@ class TelehealthPuzzle(Puzzle):
         return StepResult("performed successfully", progress=1.0)
 
     def visible(self) -> dict[str, Any]:
-        return {
-            "profile": dict(self.profile),
-            "lesion": dict(self.lesion) if self.lesion else None,
-            "diagnosed": self.diagnosed,
-        }
+        return {"profile": dict(self.profile), "lesion": dict(self.lesion) if self.lesion else None}
 
     def _lesion_words(self) -> str:
         if self.lesion is None:
@@ -648,7 +644,7 @@ def scripted_solver(view: View, rng: random.Random) -> str:
     if said:
         actions = []
         diagnosis = re.search(r"\bdiagnose_(BCC|SCC|MEL|ACK|NEV|SEK)\b", said)
-        if diagnosis and not data.get("diagnosed"):
+        if diagnosis:  # naming the right diagnosis again does no harm
             actions.append(diagnosis.group(0))
         if size := re.search(
             r"5 mm across or larger, (treat_\w+); if it is smaller, (treat_\w+)", said

@@ -15,6 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ def group_label(record: dict[str, Any]) -> str:
         if memory.get("policy", "full") != "full":
             policy = memory["policy"]
             extras.append(
-                f"{role} memory {policy}{memory.get('k', '') if policy == 'last_k' else ''}"
+                f"{role} memory {policy}" + (f"={memory.get('k')}" if policy == "last_k" else "")
             )
     settings = spec.get("settings") or {}
     extras += [
@@ -263,8 +264,14 @@ def _plot_curves(curves: dict[str, list[tuple[int, float, float]]], path: Path) 
         ax.set_ylabel("%")
         ax.set_ylim(0, 102)
         ax.grid(alpha=0.3)
-    axes[1].legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
+    fig.legend(
+        *axes[0].get_legend_handles_labels(),
+        fontsize=7,
+        loc="lower center",
+        ncol=2,
+        frameon=False,
+    )
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -292,20 +299,19 @@ def _plot_psr(rows: list[dict[str, Any]], path: Path) -> None:
     ax.set_xticks(range(len(puzzles)), [TITLES[p] for p in puzzles])
     ax.set_ylabel("PSR % (± standard error)")
     ax.set_ylim(0, 105)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2, frameon=False)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _traces(records: list[dict[str, Any]], run_dir: Path) -> dict[str, tuple[list[float], bool]]:
-    """Every wanted episode's turn trace, in one pass over the run's transcripts."""
+def iter_messages(run_dir: Path, episodes: set[str]) -> Iterator[dict[str, Any]]:
+    """The recorded messages of ``episodes``, each episode's in order, in one pass over the
+    run's transcripts (``RunFolder.iter_transcript`` looks one episode up at a time)."""
     from runtime.results import RunFolder
 
     folder = RunFolder(run_dir)
-    wanted = {r["episode"] for r in records}
-    traces: dict[str, _Trace] = {}
     if folder.transcripts.is_file():
         with folder.transcripts.open("rb") as f:
             for line in f:
@@ -313,16 +319,28 @@ def _traces(records: list[dict[str, Any]], run_dir: Path) -> dict[str, tuple[lis
                     message = json.loads(line)
                 except ValueError:
                     continue  # a torn line from a crash
-                episode = message.get("episode")
-                if episode in wanted:
-                    traces.setdefault(episode, _Trace()).add(message)
-    else:
-        for episode in sorted(wanted):
-            try:
-                for message in folder.iter_transcript(episode):
-                    traces.setdefault(episode, _Trace()).add(message)
-            except FileNotFoundError:
-                continue
+                if message.get("episode") in episodes:
+                    yield message
+        return
+    for episode in sorted(episodes):
+        try:
+            yield from folder.iter_transcript(episode)
+        except FileNotFoundError:
+            continue
+
+
+def transcripts(run_dir: Path, episodes: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """The recorded messages of ``episodes``, by episode."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for message in iter_messages(run_dir, episodes):
+        out.setdefault(message["episode"], []).append(message)
+    return out
+
+
+def _traces(records: list[dict[str, Any]], run_dir: Path) -> dict[str, tuple[list[float], bool]]:
+    traces: dict[str, _Trace] = {}
+    for message in iter_messages(run_dir, {r["episode"] for r in records}):
+        traces.setdefault(message["episode"], _Trace()).add(message)
     return {e: (t.progress, t.won) for e, t in traces.items()}
 
 
