@@ -42,6 +42,9 @@ class GameInfo:
     default_settings: dict[str, Any] = field(default_factory=dict)
     text_settings: dict[str, Any] | None = None
     offload_players: bool = False
+    # Problems with a block's settings (merged over the defaults) that make every episode fail,
+    # such as a data folder that does not exist; reported as config errors before the run.
+    check_settings: Callable[[dict[str, Any]], list[str]] | None = None
     # Run the instance generator and the game master in a worker thread (games that render
     # pictures or search inside the game master), so the event loop never waits on them.
     offload_game_master: bool = False

@@ -125,6 +125,9 @@ def _check_block(
                 )
     if block.instances_file and not Path(block.instances_file).exists():
         problems.append((f"{where}.instances_file", block.instances_file, "an existing JSONL file"))
+    if info.check_settings is not None and not problems:
+        for problem in info.check_settings({**info.default_settings, **block.settings}):
+            problems.append((f"{where}.settings", block.settings, problem))
     return problems
 
 
