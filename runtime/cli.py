@@ -137,6 +137,12 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     return run_broker(args.config, args.port)
 
 
+def _cmd_sim_server(args: argparse.Namespace) -> int:
+    from agents.backends.simserver import run_from_args
+
+    return run_from_args(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="parley", description="Play many multi-agent game episodes at once."
@@ -172,6 +178,15 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--config", help="broker config (default configs/mosquitto.conf)")
     broker.add_argument("--port", type=int, help="listener port (default 1883)")
     broker.set_defaults(fn=_cmd_broker)
+
+    from agents.backends.simserver import add_arguments as sim_arguments
+
+    sim = sub.add_parser(
+        "sim-server",
+        help="a stand-in model server (OpenAI and Anthropic APIs) for tests without GPUs or keys",
+    )
+    sim_arguments(sim)
+    sim.set_defaults(fn=_cmd_sim_server)
     return parser
 
 

@@ -89,6 +89,11 @@ def build_report(run_dir: str | Path) -> str:
         fn = family_report(family)
         if fn is not None:
             parts += [fn(group, path), ""]
+    from runtime.reports import pairings  # pairing tables and model usage/cost, any family
+
+    extra = pairings.report(records, path)
+    if extra:
+        parts += [extra, ""]
     return "\n".join(parts)
 
 
