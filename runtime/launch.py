@@ -17,6 +17,7 @@ import re
 import shlex
 import signal
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
@@ -49,6 +50,7 @@ def launch_command(spec: ModelSpec, launch: LaunchSpec, port: int) -> list[str]:
         "port": str(port),
         "host": launch.host,
         "gpus": ",".join(str(g) for g in launch.gpus),
+        "python": sys.executable,
     }
     if launch.command is not None:
         parts = (

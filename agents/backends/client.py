@@ -533,6 +533,9 @@ class ModelClient:
                         "parley.model": self.name,
                         "parley.attempt": int(record["attempt"]),
                     },
+                    # Exceptions carry server messages: the span gets the scrubbed kind only.
+                    record_exception=False,
+                    set_status_on_exception=False,
                 ) as span:
                     try:
                         async with asyncio.timeout(spec.timeout_s):
@@ -541,6 +544,8 @@ class ModelClient:
                         raise
                     except Exception as exc:
                         failure = classify(exc)
+                        # Servers may echo the key in an error: scrub it before it goes anywhere.
+                        failure.message = self.redact(failure.message)
                         record["latency_s"] = round(time.monotonic() - sent, 4)
                         span.set_status(trace.Status(trace.StatusCode.ERROR, failure.kind))
                         span.set_attribute("error.type", failure.kind)

@@ -325,7 +325,9 @@ class SimServer:
         self.stats[f"requests_{api}"] += 1
         if not self._authorised(request):
             self.stats["unauthorised"] += 1
-            return _error(api, 401, "authentication_error", "invalid API key", {})
+            # Like some real servers, it echoes the key it got: clients must not record it.
+            given = request.headers.get("x-api-key") or request.headers.get("Authorization", "")
+            return _error(api, 401, "authentication_error", f"invalid API key {given}", {})
         try:
             body = await request.json()
             messages = body["messages"]
@@ -347,6 +349,8 @@ class SimServer:
         for message in messages:
             text, images = _text_of(message.get("content"))
             input_tokens += count_tokens(text) + IMAGE_TOKENS * images
+            if images:
+                self.stats[f"images_{model}"] += images
             if message.get("role") == "user":
                 last_user = text
             elif message.get("role") == "assistant":
@@ -596,6 +600,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokens-per-s", type=float, help="decode speed per sequence")
     parser.add_argument("--max-seqs", type=int, help="sequences at once; the rest queue")
     parser.add_argument("--reply", help="a fixed reply")
+    parser.add_argument("--api-key-env", help="require the key held by this environment variable")
     parser.add_argument("--model", help="(ignored; lets the launcher pass vLLM-like arguments)")
 
 
@@ -615,6 +620,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     config = config.model_copy(update={"latency": latency})
     if args.reply is not None:
         config = config.model_copy(update={"replies": Replies(text=args.reply)})
+    if args.api_key_env:
+        config = config.model_copy(update={"api_key_env": args.api_key_env})
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(config, args.host, args.port))
     return 0

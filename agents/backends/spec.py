@@ -108,7 +108,9 @@ class LaunchSpec(_Strict):
 
     By default ``vllm serve <model> --port <port> …args`` with ``CUDA_VISIBLE_DEVICES`` set to
     ``gpus``; ``command`` replaces it (a list or a string, with ``{model}``, ``{port}``,
-    ``{host}`` and ``{gpus}`` filled in). The run waits for ``health_path`` to answer 200.
+    ``{host}``, ``{gpus}`` and ``{python}`` — this interpreter — filled in). The run waits
+    for ``health_path`` to answer 200. ``model`` is what the server loads (a path or hub id;
+    default: the entry's ``model``, which is then the served name).
     """
 
     model: str | None = None

@@ -1,0 +1,88 @@
+"""The stand-in server itself: reply modes, its extra endpoints, and the batched-server latency
+model (time to first token, tokens per second, a cap on sequences beyond which requests queue)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agents.backends.simserver import SimServerProcess
+
+pytestmark = pytest.mark.anyio
+
+
+async def _chat(
+    session: aiohttp.ClientSession, url: str, model: str, *messages: tuple[str, str]
+) -> str:
+    body = {"model": model, "messages": [{"role": r, "content": c} for r, c in messages]}
+    async with session.post(f"{url}/v1/chat/completions", json=body) as response:
+        assert response.status == 200
+        data = await response.json()
+    return data["choices"][0]["message"]["content"]
+
+
+async def test_reply_modes(sim: SimServerProcess, tmp_path: Path) -> None:
+    replies = tmp_path / "replies.txt"
+    replies.write_text("first block\n---\nsecond block\nwith two lines\n")
+    sim.configure(
+        replies={"text": "default"},
+        models={
+            "rules": {
+                "rules": [{"match": r"serial (?P<s>\w+)", "reply": r"serial was \g<s>"}],
+                "text": "no rule matched",
+            },
+            "turns": {"turns": ["zero", "one"]},
+            "cycle": {"cycle": ["a", "b"]},
+            "file": {"file": str(replies)},
+        },
+    )
+    url = sim.url
+    async with aiohttp.ClientSession() as s:
+        assert await _chat(s, url, "rules", ("user", "the serial X42 is here")) == "serial was X42"
+        assert await _chat(s, url, "rules", ("user", "nothing")) == "no rule matched"
+        # The last user message decides, not earlier ones.
+        assert (
+            await _chat(s, url, "rules", ("user", "serial A1"), ("assistant", "ok"), ("user", "hm"))
+            == "no rule matched"
+        )
+        assert await _chat(s, url, "turns", ("user", "x")) == "zero"
+        assert (
+            await _chat(s, url, "turns", ("user", "x"), ("assistant", "zero"), ("user", "y"))
+            == "one"
+        )
+        many = [("user", "x"), ("assistant", "a")] * 5 + [("user", "z")]
+        assert await _chat(s, url, "turns", *many) == "one"  # the last one repeats
+        assert [await _chat(s, url, "cycle", ("user", "x")) for _ in range(3)] == ["a", "b", "a"]
+        assert [await _chat(s, url, "file", ("user", "x")) for _ in range(2)] == [
+            "first block",
+            "second block\nwith two lines",
+        ]
+        assert await _chat(s, url, "unknown-model", ("user", "x")) == "default"
+        async with s.get(f"{url}/v1/models") as r:
+            ids = [m["id"] for m in (await r.json())["data"]]
+        assert ids == ["cycle", "file", "rules", "turns"]
+        async with s.get(f"{url}/health") as r:
+            assert r.status == 200
+        async with s.post(f"{url}/v1/chat/completions", data=b"{broken") as r:
+            assert r.status == 400
+
+
+async def test_latency_model_queues_beyond_max_seqs(sim: SimServerProcess) -> None:
+    # 0.2 s to the first token, 20 tokens at 100 tokens/s: 0.4 s a reply; 2 sequences at once.
+    sim.configure(
+        latency={"ttft_s": 0.2, "tokens_per_s": 100, "max_seqs": 2},
+        replies={"text": " ".join(["word"] * 20)},
+        models={},
+    )
+    async with aiohttp.ClientSession() as s:
+        start = time.monotonic()
+        await asyncio.gather(*(_chat(s, sim.url, "m", ("user", "go")) for _ in range(6)))
+        took = time.monotonic() - start
+    # Six requests, two at a time: three waves of 0.4 s.
+    assert 1.15 <= took <= 2.0
+    stats = sim.stats()
+    assert stats["peak_in_flight"] == 6 and stats["peak_queued"] == 4
