@@ -745,7 +745,9 @@ class MqttBus(Bus):
             identifier=self.client_id,
             protocol=self.protocol,
             clean_session=None if v5 else True,
-            clean_start=self.clean_start and not self._ever_connected,
+            clean_start=(self.clean_start and not self._ever_connected)
+            if v5
+            else paho_mqtt.MQTT_CLEAN_START_FIRST_ONLY,  # paho's default; MQTT 3 has none
             keepalive=self.keepalive,
             timeout=self.operation_timeout,
             max_inflight_messages=0,  # parley's own window (see _pump) decides
