@@ -224,6 +224,7 @@ class MqttBus(Bus):
         self._closing: asyncio.Future[None] | None = None
         self._last_error: BaseException | None = None
         self._plain_properties: Properties | None = None
+        self._ssl_context: ssl.SSLContext | None = None
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -328,6 +329,8 @@ class MqttBus(Bus):
         if self.closed:
             raise BusClosed("bus is closed")
         loop = asyncio.get_running_loop()
+        if self.tls and self._ssl_context is None:
+            self._ssl_context = self._tls_context()  # a missing or bad file fails here, at once
         self._closing = loop.create_future()
         self._runner = loop.create_task(self._run(), name=f"mqtt-connection {self.client_id}")
         self._reader = loop.create_task(self._read_loop(), name=f"mqtt-reader {self.client_id}")
@@ -752,7 +755,7 @@ class MqttBus(Bus):
             timeout=self.operation_timeout,
             max_inflight_messages=0,  # parley's own window (see _pump) decides
             properties=properties,
-            tls_context=self._tls_context(),
+            tls_context=self._ssl_context,
             tls_insecure=True if self.tls and self.tls_insecure else None,
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
             logger=logging.getLogger("parley.bus.mqtt.client"),

@@ -128,6 +128,14 @@ async def test_an_unreachable_broker_fails_fast_and_cleanly() -> None:
     assert bus._runner is not None and bus._runner.done()
 
 
+async def test_a_missing_tls_file_fails_at_once() -> None:
+    bus = MqttBus.from_url(f"mqtts://127.0.0.1:{free_port()}?ca=/nonexistent/ca.pem")
+    with pytest.raises(FileNotFoundError):
+        async with bus:
+            pass
+    assert bus.closed
+
+
 # -- two processes ----------------------------------------------------------------------------
 
 
