@@ -29,7 +29,14 @@ class BrokerError(RuntimeError):
 
 
 def find_mosquitto() -> str | None:
-    """The path of the mosquitto executable, or None when it is not installed."""
+    """The path of the mosquitto executable, or None when it is not installed.
+
+    ``PARLEY_MOSQUITTO`` names the executable to use instead (a build of your own); when it
+    names nothing executable, Mosquitto counts as not installed.
+    """
+    chosen = os.environ.get("PARLEY_MOSQUITTO")
+    if chosen:
+        return chosen if os.access(chosen, os.X_OK) else None
     found = shutil.which("mosquitto")
     if found:
         return found
