@@ -49,6 +49,9 @@ def register_puzzle(
             description=description,
             default_settings={**LOOP_SETTINGS, **puzzle.settings},
             text_settings={"variant": "text"},
+            check_settings=puzzle.check_settings,
+            # Observations render PNGs inside the game master: keep that off the event loop.
+            offload_game_master=True,
         )
     )
 

@@ -68,6 +68,11 @@ class Puzzle(ABC):
     def generate(cls, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
         """A JSON-able instance, a pure function of ``seed``."""
 
+    @classmethod
+    def check_settings(cls, settings: dict[str, Any]) -> list[str]:
+        """Problems with ``settings`` that would fail every episode (reported before a run)."""
+        return []
+
     @abstractmethod
     def reset(self, instance: dict[str, Any]) -> None: ...
 

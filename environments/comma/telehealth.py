@@ -506,6 +506,20 @@ class TelehealthPuzzle(Puzzle):
         folder = settings.get("pad_ufes_dir")
         return _from_pad(seed, str(folder)) if folder else _synthetic(seed)
 
+    @classmethod
+    def check_settings(cls, settings: dict[str, Any]) -> list[str]:
+        folder = settings.get("pad_ufes_dir")
+        if not folder:
+            return []
+        try:
+            if not load_pad_ufes(folder):
+                return [f"pad_ufes_dir {folder}: no row whose image exists and diagnosis is known"]
+        except (OSError, ValueError) as exc:
+            return [
+                f"pad_ufes_dir {folder}: {exc} (expected a PAD-UFES-20 folder with metadata.csv)"
+            ]
+        return []
+
     def reset(self, instance: dict[str, Any]) -> None:
         self.instance = instance
         self.profile: dict[str, Any] = dict(instance["profile"])

@@ -12,7 +12,8 @@ from PIL import Image
 from environments import registry
 from environments.comma.pad_ufes import load_pad_ufes
 from environments.comma.telehealth import TelehealthPuzzle
-from runtime.config import load_config
+from runtime.config import ConfigError, load_config
+from runtime.experiment import expand
 from runtime.scheduler import run_experiment
 
 COLUMNS = [
@@ -170,3 +171,22 @@ async def test_a_run_on_the_dataset_through_the_bus(pad_folder: Path, tmp_path: 
     outcome = await run_experiment(config, tmp_path / "run")
     assert {r["outcome"] for r in outcome.records} <= {"success", "lost"}
     assert all("ssn" in r["private_facts"]["solver"] for r in outcome.records)
+
+
+def test_a_missing_dataset_folder_is_a_config_error(tmp_path: Path) -> None:
+    config = load_config(
+        {
+            "name": "pad",
+            "games": [
+                {
+                    "game": "comma.telehealth",
+                    "seeds": {"count": 1},
+                    "pairings": [{"solver": "random", "expert": "scripted"}],
+                    "settings": {"pad_ufes_dir": str(tmp_path / "nowhere")},
+                }
+            ],
+        }
+    )
+    with pytest.raises(ConfigError) as caught:
+        expand(config)
+    assert "games.0.settings" in str(caught.value) and "metadata.csv" in str(caught.value)
