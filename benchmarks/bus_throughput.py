@@ -109,8 +109,13 @@ async def echo(bus: Bus, stop: asyncio.Event, ready: asyncio.Event | None = None
     await pings.close()
 
 
-async def consume(bus: Bus, count: int, ready: Any, grace: float, deadline: float) -> dict:
-    """Receive up to ``count`` messages on FLOW; report distinct ids and the last receive time."""
+async def consume(
+    bus: Bus, count: int, ready: Any, grace: float, deadline: float, finished: Any
+) -> dict:
+    """Receive up to ``count`` messages on FLOW; report distinct ids and the last receive time.
+
+    Gives up when nothing arrived for ``grace`` seconds after the publisher has finished
+    (``finished()``), or after ``deadline`` seconds."""
     sub = bus.subscribe(FLOW, maxsize=1000)
     await sub.ready()
     ready()
@@ -126,9 +131,12 @@ async def consume(bus: Bus, count: int, ready: Any, grace: float, deadline: floa
             if len(sub.mailbox):
                 delivery = await sub.get()
             else:
-                delivery = await asyncio.wait_for(sub.get(), min(grace, remaining))
+                done = finished()
+                delivery = await asyncio.wait_for(sub.get(), min(grace if done else 0.5, remaining))
         except TimeoutError:
-            break  # nothing for `grace` seconds: the rest is lost
+            if done:
+                break  # nothing for `grace` seconds after the last publish: the rest is lost
+            continue
         seen.add(delivery.message.id)
         last = time.monotonic()
     await sub.close()
@@ -203,11 +211,14 @@ async def in_process(
         stop.set()
         await echoer
 
-        ready = asyncio.Event()
-        consumer = asyncio.create_task(consume(receiver, count, ready.set, grace, 120))
+        ready, published = asyncio.Event(), asyncio.Event()
+        consumer = asyncio.create_task(
+            consume(receiver, count, ready.set, grace, 120, published.is_set)
+        )
         await ready.wait()
         cpu, mosquitto = time.process_time(), broker_cpu(broker)
         first = await produce(sender, tpl, count)
+        published.set()
         result = await consumer
         cpu_s = {"clients": time.process_time() - cpu}
         if broker is not None:
@@ -237,7 +248,9 @@ def child(url: str, role: str, count: int, grace: float, conn: Any) -> None:
                 await task
                 conn.send("done")
             else:
-                result = await consume(bus, count, lambda: conn.send("ready"), grace, 120)
+                result = await consume(
+                    bus, count, lambda: conn.send("ready"), grace, 120, conn.poll
+                )
                 conn.send(result)
 
     asyncio.run(main())
@@ -267,6 +280,7 @@ async def across_processes(
             cpu, mosquitto = time.process_time(), broker_cpu(broker)
             first = await produce(sender, tpl, count)
             publisher_cpu = time.process_time() - cpu
+            ours.send("published")
             result = await asyncio.to_thread(ours.recv)
             broker_s = broker_cpu(broker) - mosquitto
         finally:
@@ -328,7 +342,7 @@ async def run(args: argparse.Namespace) -> dict:
                 results.append(
                     {"transport": transport, "size": label, "payload_bytes": payload, **result}
                 )
-                print(f"  {transport:18} {label:7} {result['msgs_per_s']:>8} msgs/s", flush=True)
+                print(f"  {transport:18} {label:7} {result['msgs_per_s']} msgs/s", flush=True)
     finally:
         if broker is not None:
             broker.close()
@@ -375,13 +389,13 @@ def show(report: dict) -> None:
             r["size"],
             f"{r['latency_p50_ms']:.3f}",
             f"{r['latency_p99_ms']:.3f}",
-            f"{r['msgs_per_s']:,}",
-            f"{r['cpu_bound_msgs_per_s']:,}",
+            f"{r['msgs_per_s'] or 0:,}",
+            f"{r['cpu_bound_msgs_per_s'] or 0:,}",
             f"{r['messages']:,}",
             str(r["lost"]),
             str(r["load_average"]),
         )
-    Console().print(table)
+    Console(width=120).print(table)
 
 
 def main() -> None:

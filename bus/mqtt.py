@@ -211,6 +211,7 @@ class MqttBus(Bus):
         self._space_waiters: deque[asyncio.Future[None]] = deque()
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._pump_scheduled = False
+        self._unyielded = 0
         self._seen: OrderedDict[tuple[str, str], bool] = OrderedDict()
         self._inbox: deque[tuple[_Connection, paho_mqtt.MQTTMessage]] = deque()
         self._inbox_bytes = 0
@@ -402,6 +403,12 @@ class MqttBus(Bus):
         self._pump()
         self.stats.published += 1
         await self.deliver_local(topic, message)
+        # publish returns without waiting while the window has room; let the event loop run
+        # now and then, or a tight loop of publishes would keep paho from writing any of them
+        self._unyielded += len(payload) + 2048
+        if self._unyielded >= 256 * 1024:
+            self._unyielded = 0
+            await asyncio.sleep(0)
 
     def _properties(self, message: Message) -> Properties | None:
         if self.protocol != ProtocolVersion.V5:
