@@ -118,19 +118,21 @@ class _Connection:
 class MqttBus(Bus):
     """A bus over one MQTT connection; see the module docstring for the guarantees.
 
-    Options: ``client_id`` (default ``parley-<host>-<pid>-<random>``), ``clean_start`` (discard a
-    session the broker keeps for this client id; default: only for a chosen ``client_id``),
-    ``username``/``password``,
-    ``tls`` with ``tls_ca``/``tls_cert``/``tls_key`` (client certificate) and ``tls_insecure``
-    (no certificate or host name check: tests only), ``protocol`` ("5", or "3.1.1" for brokers
-    without MQTT 5: no ``no_local``, own messages are then recognised by id, and no session
-    survives a reconnect), ``keepalive``, ``session_expiry`` (seconds the broker keeps this bus's
-    subscriptions and queued messages while it is disconnected), ``max_inflight`` (unacknowledged
-    publishes; ``publish`` waits beyond it), ``receive_maximum`` (unacknowledged incoming
-    messages), ``max_backlog``/``max_backlog_bytes`` (received messages waiting for full local
-    mailboxes at which the bus stops reading its socket), ``dedup_window`` (remembered ids), ``close_timeout`` (how long ``close``
-    waits for PUBACKs), ``connect_timeout`` (``async with`` / :meth:`start`),
-    ``inline_images``/``resolve_image`` (send images by reference and resolve them on receipt).
+    Options: ``client_id`` (default ``parley-<host>-<pid>-<random>``); ``clean_start`` (discard
+    a session the broker keeps for this client id; default: only for a chosen ``client_id``);
+    ``username``/``password``; ``tls`` with ``tls_ca``/``tls_cert``/``tls_key`` (client
+    certificate) and ``tls_insecure`` (no certificate or host name check: tests only);
+    ``protocol`` ("5", or "3.1.1" for brokers without MQTT 5: no ``no_local``, so own messages
+    are recognised by id, and no session survives a reconnect); ``keepalive``;
+    ``session_expiry`` (seconds the broker keeps this bus's subscriptions and queued messages
+    while it is disconnected); ``max_inflight`` (unacknowledged publishes; ``publish`` waits
+    beyond it); ``receive_maximum`` (unacknowledged incoming messages);
+    ``max_backlog``/``max_backlog_bytes`` (received messages waiting for full mailboxes at which
+    the bus stops reading its socket); ``dedup_window`` (remembered message ids);
+    ``close_timeout`` (how long ``close`` waits for PUBACKs); ``connect_timeout`` (``async
+    with`` / :meth:`start`); ``inline_images``/``resolve_image`` (send images by reference,
+    resolve them on receipt). A bus that never reaches its broker keeps trying;
+    ``Subscription.ready()`` waits until it does.
     """
 
     def __init__(

@@ -310,3 +310,19 @@ async def test_invalid_topics_and_filters_are_refused(bus_pair: tuple[Bus, Bus])
         await pub.publish("parley/+/x", event(0))
     with pytest.raises(topics.TopicError):
         bus.subscribe("parley/#/x")
+
+
+async def test_bus_factory_buses_are_separate_processes(
+    any_bus: Bus, bus_factory, bus_kind: str
+) -> None:
+    """``any_bus``/``bus_factory``: every bus stands for a process of its own; MQTT buses
+    reach each other through the broker, local buses share nothing."""
+    other = await bus_factory()
+    assert other is not any_bus
+    sub = other.subscribe(topics.results(RUN))
+    await sub.ready()
+    await any_bus.publish(topics.results(RUN), event(1))
+    if bus_kind == "mqtt":
+        assert numbers(await take(sub, 1)) == [1]
+    else:
+        await nothing_more(sub, 0.1)
