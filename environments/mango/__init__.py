@@ -1,0 +1,58 @@
+"""MANGO (seed 002): mapping and navigation questions over text-game walkthroughs.
+
+``mango.df`` asks destination-finding questions, ``mango.rf`` route-finding ones; the role is
+``navigator``, with built-in ``scripted``, ``oracle`` and ``random`` players.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from environments.mango.data import MangoDataError, MangoGame, Question, load_game
+from environments.mango.game import (
+    DEFAULT_SETTINGS,
+    MangoMaster,
+    check_settings,
+    make_instance,
+    plan,
+)
+from environments.mango.players import oracle_navigator, random_navigator, scripted_navigator
+from environments.registry import GameInfo, register
+
+PLAYERS = {
+    "navigator": {
+        "scripted": scripted_navigator,
+        "random": random_navigator,
+        "oracle": oracle_navigator,
+    }
+}
+
+for _kind, _description in (
+    ("df", "where do these actions lead from this place? (walkthrough of a text game)"),
+    ("rf", "how do you get from this place to that one? (walkthrough of a text game)"),
+):
+    register(
+        GameInfo(
+            name=f"mango.{_kind}",
+            family="mango",
+            roles=("navigator",),
+            game_master=MangoMaster,
+            instance=partial(make_instance, _kind),
+            players=PLAYERS,
+            description=_description,
+            text_only=True,
+            default_settings=dict(DEFAULT_SETTINGS),
+            check_settings=check_settings,
+        )
+    )
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "MangoDataError",
+    "MangoGame",
+    "MangoMaster",
+    "Question",
+    "load_game",
+    "make_instance",
+    "plan",
+]
