@@ -41,13 +41,15 @@ SEEN_AS = {
 
 
 @pytest.mark.parametrize(
-    ("kind", "backend", "stream"),
-    [(k, "openai", False) for k in KINDS]
-    + [("truncated", "openai", True), ("garbage", "anthropic", True)]
-    + [(k, "anthropic", False) for k in ("rate_limit", "timeout", "disconnect")],
+    ("kind", "backend", "stream", "transport"),
+    [(k, "openai", False, "sdk") for k in KINDS]
+    + [("truncated", "openai", True, "sdk"), ("garbage", "anthropic", True, "sdk")]
+    + [(k, "anthropic", False, "sdk") for k in ("rate_limit", "timeout", "disconnect")]
+    + [(k, "openai", False, "direct") for k in KINDS]
+    + [("truncated", "anthropic", True, "direct"), ("garbage", "openai", True, "direct")],
 )
 async def test_every_fault_is_retried_and_no_episode_is_lost(
-    sim: SimServerProcess, tmp_path: Path, kind: str, backend: str, stream: bool
+    sim: SimServerProcess, tmp_path: Path, kind: str, backend: str, stream: bool, transport: str
 ) -> None:
     # A third of the requests fail; the first two requests always do, so each kind is seen.
     sim.configure(
@@ -56,7 +58,7 @@ async def test_every_fault_is_retried_and_no_episode_is_lost(
             {"kind": kind, "rate": 0.3, "retry_after_s": 0.05, "hang_s": 5},
         ]
     )
-    extra = {"retry": FAST_RETRY, "timeout_s": 0.4, "stream": stream}
+    extra = {"retry": FAST_RETRY, "timeout_s": 0.4, "stream": stream, "transport": transport}
     models = {
         "solver": model(sim, "solver-m", backend, images=False, **extra),
         "expert": model(sim, "expert-m", backend, **extra),

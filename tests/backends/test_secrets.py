@@ -30,14 +30,20 @@ def _everything_written(run: Path) -> str:
     )
 
 
-@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+@pytest.mark.parametrize(
+    ("backend", "transport"), [("openai", "sdk"), ("anthropic", "sdk"), ("anthropic", "direct")]
+)
 async def test_the_key_is_used_but_never_recorded(
-    keyed_sim: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+    keyed_sim: SimServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    backend: str,
+    transport: str,
 ) -> None:
     monkeypatch.setenv("PARLEY_TEST_KEY", SECRET)
     keyed_sim.configure(faults=[{"kind": "rate_limit", "first": 3, "retry_after_s": 0.01}])
     keyed_sim.reset()
-    extra = {"api_key_env": "PARLEY_TEST_KEY", "retry": FAST_RETRY}
+    extra = {"api_key_env": "PARLEY_TEST_KEY", "retry": FAST_RETRY, "transport": transport}
     models = {
         "solver": model(keyed_sim, "solver-m", backend, images=False, **extra),
         "expert": model(keyed_sim, "expert-m", backend, **extra),
@@ -56,14 +62,19 @@ async def test_the_key_is_used_but_never_recorded(
     assert SECRET[-12:] not in written
 
 
+@pytest.mark.parametrize("transport", ["sdk", "direct"])
 async def test_a_wrong_key_is_refused_once_and_not_recorded(
-    keyed_sim: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    keyed_sim: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
     wrong = "sk-wrong-key-that-must-not-leak-42"
     monkeypatch.setenv("PARLEY_TEST_KEY", wrong)
     keyed_sim.configure(faults=[])
     keyed_sim.reset()
-    models = {"solver": model(keyed_sim, "solver-m", images=False, api_key_env="PARLEY_TEST_KEY")}
+    models = {
+        "solver": model(
+            keyed_sim, "solver-m", images=False, api_key_env="PARLEY_TEST_KEY", transport=transport
+        )
+    }
     config = wire_config(models, [{"solver": "solver", "expert": "scripted"}], seeds=[0, 1])
     records = await play(config, tmp_path)
     assert [r["outcome"] for r in records] == ["error", "error"]

@@ -15,17 +15,25 @@ pytestmark = pytest.mark.anyio
 
 
 @pytest.mark.parametrize(
-    ("backend", "stream"),
-    [("openai", False), ("openai", True), ("anthropic", False), ("anthropic", True)],
+    ("backend", "stream", "transport"),
+    [
+        ("openai", False, "sdk"),
+        ("openai", True, "sdk"),
+        ("anthropic", False, "sdk"),
+        ("anthropic", True, "sdk"),
+        ("openai", False, "direct"),
+        ("openai", True, "direct"),
+        ("anthropic", True, "direct"),
+    ],
 )
 async def test_models_win_the_wire_puzzle(
-    sim: SimServerProcess, tmp_path: Path, backend: str, stream: bool
+    sim: SimServerProcess, tmp_path: Path, backend: str, stream: bool, transport: str
 ) -> None:
     """A text-only solver model and an expert model, both scripted by the sim, win every seed;
     replies, raw responses, usage and calls are in the transcript."""
     models = {
-        "solver": model(sim, "solver-m", backend, images=False, stream=stream),
-        "expert": model(sim, "expert-m", backend, stream=stream),
+        "solver": model(sim, "solver-m", backend, images=False, stream=stream, transport=transport),
+        "expert": model(sim, "expert-m", backend, stream=stream, transport=transport),
     }
     records = await play(wire_config(models, [{"solver": "solver", "expert": "expert"}]), tmp_path)
     assert len(records) == len(SEEDS)
