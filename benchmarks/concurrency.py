@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import json
 import os
@@ -49,9 +50,15 @@ def sim_config(latency: float) -> dict[str, Any]:
     }
 
 
-def run_config(url: str, episodes: int, concurrency: int, tracing: bool) -> Any:
+def run_config(url: str, episodes: int, concurrency: int, tracing: bool, transport: str) -> Any:
     limits = {"start": 4096, "min": 64, "max": 4096}
-    common = {"base_url": url, "images": False, "concurrency": limits, "timeout_s": 60}
+    common = {
+        "base_url": url,
+        "images": False,
+        "concurrency": limits,
+        "timeout_s": 60,
+        "transport": transport,
+    }
     return load_config(
         {
             "name": "bench-concurrency",
@@ -110,10 +117,8 @@ class Monitor:
             ok, outstanding = self._requests()
             self.samples.append((time.monotonic(), ok, outstanding))
             self.peak_rss = max(self.peak_rss, self.me.memory_info().rss)
-            try:
+            with contextlib.suppress(psutil.Error):
                 self.server_peak_rss = max(self.server_peak_rss, self.server.memory_info().rss)
-            except psutil.Error:
-                pass
             await asyncio.sleep(0.25)
 
     def stop(self) -> None:
@@ -146,7 +151,9 @@ def percentile(values: list[float], q: float) -> float:
 
 async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, Any]:
     monitor = Monitor(sim.process.pid if sim.process else os.getpid())
-    config = run_config(sim.openai_url, args.episodes, args.concurrency, not args.no_tracing)
+    config = run_config(
+        sim.openai_url, args.episodes, args.concurrency, not args.no_tracing, args.transport
+    )
     server = psutil.Process(sim.process.pid) if sim.process else None
     cpu0 = (time.process_time(), server.cpu_times() if server else None)
     tasks = [asyncio.create_task(monitor.lag_probe()), asyncio.create_task(monitor.sampler())]
@@ -171,6 +178,7 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
         "concurrent_episodes": args.concurrency,
         "latency_s": args.latency,
         "tracing": not args.no_tracing,
+        "transport": args.transport,
         "outcomes": outcomes,
         "requests": total_ok,
         "wall_s": round(wall, 2),
@@ -197,6 +205,9 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, help="episodes in all (default 3 × concurrency)")
     parser.add_argument("--latency", type=float, default=1.0, help="seconds per reply")
     parser.add_argument("--no-tracing", action="store_true", help="turn span recording off")
+    parser.add_argument(
+        "--transport", choices=["direct", "sdk"], default="direct", help="model entry transport"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the runtime process")
     args = parser.parse_args()
     args.episodes = args.episodes or 3 * args.concurrency
@@ -217,13 +228,23 @@ def main() -> int:
     rows = [
         ("episodes at once", f"{result['concurrent_episodes']:,}"),
         ("latency per reply", f"{result['latency_s']:g} s"),
+        ("transport, tracing", f"{result['transport']}, {'on' if result['tracing'] else 'off'}"),
         ("ideal requests/s", f"{result['ideal_requests_per_s']:,.0f}"),
         ("achieved requests/s (steady)", f"{result['achieved_requests_per_s']:,.0f}"),
         ("achieved / ideal", f"{100 * result['achieved_vs_ideal']:.0f} %"),
         ("requests in flight (mean)", f"{result['mean_requests_in_flight']:,.0f}"),
-        ("event-loop lag p50 / p99", f"{result['loop_lag_p50_ms']} / {result['loop_lag_p99_ms']} ms"),
-        ("peak memory: runtime / server", f"{result['peak_rss_mb']} / {result['server_peak_rss_mb']} MB"),
-        ("CPU: runtime / server", f"{result['runtime_cpu_share']} / {result['server_cpu_share']} cores"),
+        (
+            "event-loop lag p50 / p99",
+            f"{result['loop_lag_p50_ms']} / {result['loop_lag_p99_ms']} ms",
+        ),
+        (
+            "peak memory: runtime / server",
+            f"{result['peak_rss_mb']} / {result['server_peak_rss_mb']} MB",
+        ),
+        (
+            "CPU: runtime / server",
+            f"{result['runtime_cpu_share']} / {result['server_cpu_share']} cores",
+        ),
         ("runtime CPU per request", f"{result['runtime_cpu_s_per_request_ms']} ms"),
         ("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(result["outcomes"].items()))),
     ]

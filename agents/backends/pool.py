@@ -34,7 +34,11 @@ class ModelPool:
         urls: Mapping[str, list[str]] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.specs = dict(specs)
+        # Specs may arrive as plain dicts (a config read back from JSON by a worker).
+        self.specs = {
+            name: spec if isinstance(spec, ModelSpec) else ModelSpec.model_validate(spec)
+            for name, spec in specs.items()
+        }
         self.tracer = tracer
         self.urls = {name: list(u) for name, u in (urls or {}).items()}
         self.environ = environ if environ is not None else os.environ

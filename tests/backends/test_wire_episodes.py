@@ -165,3 +165,38 @@ async def test_image_variant_sends_images_to_the_solver_model_only(
 def _answer(seed: int) -> int:
     instance = WirePuzzle.generate(seed, {})
     return wire_to_cut(instance["colors"], instance["serial"])
+
+
+async def test_without_a_run_pool_a_policy_brings_and_closes_its_own_clients(
+    sim: SimServerProcess,
+) -> None:
+    """Given the bare registry (no run-wide pool, e.g. a process that plays single episodes), a
+    model player still works, and its clients close with the episode."""
+    from agents.agent import Agent
+    from bus.messages import TextPart, TurnRequest
+    from environments import registry
+    from runtime.config import PlayerSpec
+    from runtime.players import make_policy
+
+    registry_entries = {"m": model(sim, "expert-m")}  # plain dicts, as read back from JSON
+    policy = make_policy(
+        PlayerSpec(kind="llm", model="m"),
+        "expert",
+        registry.get("comma.wire"),
+        "k",
+        registry_entries,
+    )
+    agent = Agent("expert", policy)
+    request = TurnRequest(
+        run="r",
+        sender="gm",
+        role="expert",
+        system="You are the expert.",
+        observation=[TextPart(text="The serial number is nothing we know.")],
+    )
+    response = await agent.respond(request)
+    assert response.text == "Describe the wires."
+    assert response.usage is not None and response.usage.source == "backend"
+    (endpoint,) = policy.client.endpoints  # type: ignore[attr-defined]
+    await policy.aclose()
+    assert endpoint.direct is None and endpoint.http.is_closed
