@@ -224,7 +224,14 @@ def main() -> int:
         "load_average_1m_after": round(os.getloadavg()[0], 2),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "concurrency.json").write_text(json.dumps(result, indent=2) + "\n")
+    path = RESULTS / "concurrency.json"
+    # Keep earlier runs (other settings) beside the latest one, for comparison.
+    runs: list[dict[str, Any]] = []
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        runs = list(json.loads(path.read_text()).get("runs", []))
+    result["finished_at"] = time.strftime("%Y-%m-%d %H:%M:%S")
+    runs = [*runs, result][-10:]
+    path.write_text(json.dumps({"latest": result, "runs": runs}, indent=2) + "\n")
     rows = [
         ("episodes at once", f"{result['concurrent_episodes']:,}"),
         ("latency per reply", f"{result['latency_s']:g} s"),
