@@ -1,23 +1,67 @@
-"""OpenTelemetry setup: a JSONL span file in the run folder, and OTLP when OTEL_* asks for it."""
+"""OpenTelemetry setup: a JSONL span file in the run folder, and OTLP when OTEL_* asks for it.
+
+One :class:`Tracing` per run holds a tracer provider (spans) and a meter provider (metrics);
+``activate()`` makes it what :func:`tracer`, :func:`consume` and :func:`record_episode` use.
+Both signals go to files in the run folder (``traces.jsonl``, ``metrics.jsonl``) and, when an
+OTLP endpoint is configured through the standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+the per-signal ``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT``, protocol from
+``OTEL_EXPORTER_OTLP[_{SIGNAL}]_PROTOCOL``: ``http/protobuf`` by default, or ``grpc``), to that
+collector as well. ``OTEL_TRACES_EXPORTER=none`` / ``OTEL_METRICS_EXPORTER=none`` turn OTLP off
+for one signal.
+
+Spans of one episode form one trace (see ``docs/observability.md``)::
+
+    episode {game}                          (root; linked to the run span)
+    └─ turn {n} {role}
+       └─ publish …/agent/{role}            PRODUCER: the TurnRequest carries its traceparent
+          └─ receive …/agent/{role}         CONSUMER: where the agent's actor takes it
+             └─ invoke_agent {role}
+                ├─ chat {model}             CLIENT, GenAI conventions (model players)
+                └─ publish …/gm             PRODUCER: the TurnResponse
+                   └─ receive …/gm          CONSUMER: the game master applies the reply
+
+The publish/receive pairs are the bus spans (``tracing: {messages: false}`` leaves them out:
+messages still carry traceparents, a turn costs four spans less). Every message carries the
+traceparent of the span that sent it, so a consumer in another process — over MQTT, where it
+also travels as a user property — continues the same trace. Message text goes into spans only
+when the run opts in (``tracing: {content: true}``); images are referenced by sha256, never
+inlined. ``OTEL_TRACES_SAMPLER=parentbased_traceidratio`` with ``OTEL_TRACES_SAMPLER_ARG``
+samples whole episodes.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+if TYPE_CHECKING:
+    from bus.base import Bus
+    from observability.metrics import RunMetrics
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 _tracer: trace.Tracer = trace.NoOpTracer()
 _content = False
+_enabled = False
+_messages = False
+_metrics: RunMetrics | None = None
+
+# The key under which the current model call finds its conversation (the episode id); read by
+# agents/backends/client.py through the OpenTelemetry baggage API, so agents need not import
+# this module.
+CONVERSATION_KEY = "gen_ai.conversation.id"
 
 
 def tracer() -> trace.Tracer:
@@ -30,46 +74,116 @@ def record_content() -> bool:
     return _content
 
 
+def enabled() -> bool:
+    """Whether a run with tracing on is active (cheap check for hot paths)."""
+    return _enabled
+
+
+def message_spans() -> bool:
+    """Whether bus messages get publish and receive spans (``tracing: {messages: …}``)."""
+    return _messages
+
+
+# --- the JSONL span file -----------------------------------------------------------------------
+
+
 def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
+    """A finished span as the JSON object written to ``traces.jsonl``."""
+    record = _span_record(span)
+    record["resource"] = dict(span.resource.attributes)
+    return record
+
+
+def _span_record(span: ReadableSpan) -> dict[str, Any]:
     ctx = span.get_span_context()
     parent = span.parent
+    events = span.events
+    links = span.links
     return {
         "name": span.name,
-        "trace_id": format(ctx.trace_id, "032x"),
-        "span_id": format(ctx.span_id, "016x"),
-        "parent_id": format(parent.span_id, "016x") if parent else None,
+        "trace_id": f"{ctx.trace_id:032x}",
+        "span_id": f"{ctx.span_id:016x}",
+        "parent_id": f"{parent.span_id:016x}" if parent else None,
         "kind": span.kind.name,
         "start_ns": span.start_time,
         "end_ns": span.end_time,
         "status": span.status.status_code.name,
         "status_message": span.status.description,
-        "attributes": dict(span.attributes or {}),
+        "attributes": dict(span.attributes) if span.attributes else {},
         "events": [
             {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
-            for e in span.events
-        ],
+            for e in events
+        ]
+        if events
+        else [],
         "links": [
             {
-                "trace_id": format(link.context.trace_id, "032x"),
-                "span_id": format(link.context.span_id, "016x"),
+                "trace_id": f"{link.context.trace_id:032x}",
+                "span_id": f"{link.context.span_id:016x}",
             }
-            for link in span.links
-        ],
-        "resource": dict(span.resource.attributes),
+            for link in links
+        ]
+        if links
+        else [],
     }
 
 
+_LINE = (
+    '{"name": %s, "trace_id": "%032x", "span_id": "%016x", "parent_id": %s, "kind": "%s", '
+    '"start_ns": %d, "end_ns": %d, "status": "%s", "status_message": %s, "attributes": %s, '
+    '"events": %s, "links": %s, "resource": %s}\n'
+)
+
+
 class JsonlSpanExporter(SpanExporter):
-    """Appends one JSON object per finished span to a file."""
+    """Appends one JSON object per finished span to a file (the shape of :func:`span_to_dict`).
+
+    Lines are put together with %-formatting and the resource (the same for every span of a
+    run) is serialised once: the export thread shares the GIL with the event loop, so every
+    microsecond spent here is taken from the turns.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
+        self._resources: dict[int, str] = {}
+
+    def _resource_json(self, span: ReadableSpan) -> str:
+        key = id(span.resource)
+        found = self._resources.get(key)
+        if found is None:
+            found = json.dumps(dict(span.resource.attributes), default=str)
+            self._resources[key] = found
+        return found
+
+    def _line(self, span: ReadableSpan) -> str:
+        dumps = json.dumps
+        ctx = span.get_span_context()
+        parent = span.parent
+        status = span.status
+        attributes = span.attributes
+        events = span.events
+        links = span.links
+        return _LINE % (
+            dumps(span.name),
+            ctx.trace_id,
+            ctx.span_id,
+            f'"{parent.span_id:016x}"' if parent else "null",
+            span.kind.name,
+            span.start_time or 0,
+            span.end_time or 0,
+            status.status_code.name,
+            dumps(status.description),
+            dumps(dict(attributes), default=str) if attributes else "{}",
+            dumps(_span_record(span)["events"], default=str) if events else "[]",
+            dumps(_span_record(span)["links"]) if links else "[]",
+            self._resource_json(span),
+        )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(json.dumps(span_to_dict(s), default=str) + "\n" for s in spans)
+        lines = "".join(self._line(s) for s in spans)
         with self._lock:
             if self._file.closed:
                 return SpanExportResult.FAILURE
@@ -85,17 +199,46 @@ class JsonlSpanExporter(SpanExporter):
         return True
 
 
-def _otlp_exporter() -> SpanExporter | None:
-    if not (
+def read_spans(path: str | Path) -> list[dict[str, Any]]:
+    """The spans of a run folder's ``traces.jsonl`` (or of that file); torn lines skipped."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "traces.jsonl"
+    if not file.exists():
+        return []
+    spans = []
+    for line in file.read_text(encoding="utf-8").splitlines():
+        with contextlib.suppress(json.JSONDecodeError):
+            spans.append(json.loads(line))
+    return spans
+
+
+# --- OTLP through the standard variables ---------------------------------------------------------
+
+
+def otlp_settings(signal: str) -> tuple[bool, str]:
+    """Whether OTLP is configured for ``signal`` (``traces`` or ``metrics``), and its protocol."""
+    upper = signal.upper()
+    if os.environ.get(f"OTEL_{upper}_EXPORTER", "").strip().lower() == "none":
+        return False, ""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False, ""
+    configured = bool(
         os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-        or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-    ):
-        return None
+        or os.environ.get(f"OTEL_EXPORTER_OTLP_{upper}_ENDPOINT")
+    )
     protocol = (
-        os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        os.environ.get(f"OTEL_EXPORTER_OTLP_{upper}_PROTOCOL")
         or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
         or "http/protobuf"
-    )
+    ).strip()
+    return configured, protocol
+
+
+def _otlp_exporter() -> SpanExporter | None:
+    configured, protocol = otlp_settings("traces")
+    if not configured:
+        return None
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
@@ -108,7 +251,7 @@ def _otlp_exporter() -> SpanExporter | None:
 
 
 class Tracing:
-    """A tracer provider for one run; ``close()`` flushes every exporter."""
+    """Tracer and meter providers for one run; ``close()`` flushes every exporter."""
 
     def __init__(
         self,
@@ -118,9 +261,14 @@ class Tracing:
         content: bool = False,
         service: str = "parley",
         attributes: dict[str, Any] | None = None,
+        metrics: bool = True,
+        messages: bool = True,
     ) -> None:
         self.provider: TracerProvider | None = None
         self.content = content
+        self.messages = messages
+        self.enabled = enabled
+        self.metrics: RunMetrics | None = None
         if not enabled:
             self.tracer: trace.Tracer = trace.NoOpTracer()
             return
@@ -136,30 +284,185 @@ class Tracing:
         if otlp is not None:
             self.provider.add_span_processor(BatchSpanProcessor(otlp, max_queue_size=65536))
         self.tracer = self.provider.get_tracer("parley")
+        if metrics:
+            from observability.metrics import RunMetrics
+
+            self.metrics = RunMetrics(run_dir, resource)
 
     def activate(self) -> None:
         """Make this the tracer :func:`tracer` returns."""
-        global _tracer, _content
+        global _tracer, _content, _enabled, _messages, _metrics
         _tracer, _content = self.tracer, self.content
+        _enabled = self.provider is not None
+        _messages = _enabled and self.messages
+        _metrics = self.metrics
+
+    def wrap_bus(self, bus: Bus) -> Bus:
+        """``bus`` with publish spans and traceparents on every message (when tracing is on)."""
+        if self.provider is None:
+            return bus
+        from observability.traced_bus import TracedBus
+
+        return TracedBus(bus)
 
     def close(self) -> None:
-        global _tracer, _content
+        global _tracer, _content, _enabled, _messages, _metrics
         if _tracer is self.tracer:
-            _tracer, _content = trace.NoOpTracer(), False
+            _tracer, _content, _enabled, _messages, _metrics = (
+                trace.NoOpTracer(),
+                False,
+                False,
+                False,
+                None,
+            )
         if self.provider is not None:
             self.provider.force_flush()
             self.provider.shutdown()
+        if self.metrics is not None:
+            self.metrics.close()
+
+
+# --- traceparents --------------------------------------------------------------------------------
 
 
 def inject(span: trace.Span) -> str | None:
-    """The W3C traceparent of ``span``."""
-    carrier: dict[str, str] = {}
-    _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
-    return carrier.get("traceparent")
+    """The W3C traceparent of ``span`` (None for a non-recording, invalid one)."""
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+
+
+def span_context(traceparent: str | None) -> SpanContext | None:
+    """The remote span context a traceparent names; None when absent or malformed."""
+    if not traceparent:
+        return None
+    parts = traceparent.split("-")
+    if (
+        len(parts) != 4
+        or parts[0] != "00"
+        or len(parts[1]) != 32
+        or len(parts[2]) != 16
+        or len(parts[3]) != 2
+    ):
+        return None
+    try:
+        ctx = SpanContext(
+            int(parts[1], 16),
+            int(parts[2], 16),
+            is_remote=True,
+            trace_flags=TraceFlags(int(parts[3], 16) & 0xFF),
+        )
+    except ValueError:
+        return None
+    return ctx if ctx.is_valid else None
 
 
 def extract(traceparent: str | None) -> Any:
     """An OpenTelemetry context whose parent is the span named by ``traceparent``."""
-    if not traceparent:
+    ctx = span_context(traceparent)
+    if ctx is None:
         return None
-    return _PROPAGATOR.extract({"traceparent": traceparent})
+    return trace.set_span_in_context(NonRecordingSpan(ctx))
+
+
+def parent_context(traceparent: str | None) -> Any:
+    """The context a span started now should take: the current one when a span is active
+    (e.g. the receive span around an actor's handler), else the one ``traceparent`` names."""
+    if trace.get_current_span().get_span_context().is_valid:
+        return None
+    return extract(traceparent)
+
+
+def topic_template(topic: str) -> str:
+    """A topic with its run and episode levels as placeholders (span names stay few)."""
+    parts = topic.split("/")
+    if len(parts) >= 3 and parts[0] == "parley":
+        parts[1] = "{run}"
+        if len(parts) >= 4:
+            parts[2] = "{episode}"
+    return "/".join(parts)
+
+
+def messaging_attributes(topic: str, message: Any, operation: str, system: str) -> dict[str, Any]:
+    """OpenTelemetry messaging attributes of a publish or receive span (kept few: each costs
+    the SDK time on every turn; episode, turn and role are on the spans around them)."""
+    return {
+        "messaging.system": system,
+        "messaging.operation.type": "send" if operation == "publish" else "process",
+        "messaging.destination.name": topic,
+        "messaging.message.id": message.id,
+    }
+
+
+def consume(
+    topic: str, message: Any, system: str = "parley.local"
+) -> contextlib.AbstractContextManager:
+    """A CONSUMER span around handling a delivered message, child of the span that sent it.
+
+    A no-op when tracing is off or the message carries no (valid) traceparent, so an actor can
+    wrap every delivery in it at no cost.
+    """
+    if not _messages:
+        return contextlib.nullcontext()
+    remote = span_context(getattr(message, "traceparent", None))
+    if remote is None:
+        return contextlib.nullcontext()
+    span = _tracer.start_span(
+        f"receive {topic_template(topic)}",
+        context=trace.set_span_in_context(NonRecordingSpan(remote)),
+        kind=SpanKind.CONSUMER,
+        attributes=messaging_attributes(topic, message, "receive", system),
+    )
+    # The handler's own spans (invoke_agent) record the exception; here the status says enough.
+    return trace.use_span(span, end_on_exit=True, record_exception=False)
+
+
+def conversation_context(conversation_id: str) -> otel_context.Context:
+    """The current context with the conversation id as baggage, for model-call spans."""
+    from opentelemetry import baggage
+
+    return baggage.set_baggage(CONVERSATION_KEY, conversation_id)
+
+
+# --- content (opt-in) ----------------------------------------------------------------------------
+
+
+def parts_json(parts: Sequence[Any]) -> list[dict[str, Any]]:
+    """Content parts for a span: text as is, images by sha256 (never their bytes)."""
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        kind = getattr(part, "type", None)
+        if kind == "text":
+            out.append({"type": "text", "content": part.text})
+        elif kind == "image":
+            out.append(
+                {
+                    "type": "image",
+                    "sha256": part.sha256,
+                    "mime_type": part.media_type,
+                    "size": part.size,
+                }
+            )
+    return out
+
+
+def content_attributes(prompt: Sequence[Any] | None, reply: str) -> dict[str, str]:
+    """``gen_ai.input.messages`` / ``gen_ai.output.messages`` (JSON, GenAI conventions)."""
+    attributes: dict[str, str] = {}
+    if prompt:
+        messages = [{"role": m.role, "parts": parts_json(m.content)} for m in prompt]
+        attributes["gen_ai.input.messages"] = json.dumps(messages, ensure_ascii=False)
+    attributes["gen_ai.output.messages"] = json.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": reply}]}], ensure_ascii=False
+    )
+    return attributes
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+def record_episode(result: Any) -> None:
+    """Count a finished episode in the run's metrics (episodes, turns, tokens, latencies)."""
+    if _metrics is not None:
+        _metrics.record_episode(result)

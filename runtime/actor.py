@@ -8,6 +8,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from bus.base import Bus, Delivery
+from observability import tracing
 
 log = logging.getLogger("parley.runtime")
 
@@ -52,7 +53,9 @@ class ActorHost:
         try:
             async for delivery in sub:
                 try:
-                    await actor.handle(delivery)
+                    # A CONSUMER span under the message's traceparent (no-op without tracing).
+                    with tracing.consume(delivery.topic, delivery.message):
+                        await actor.handle(delivery)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:

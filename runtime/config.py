@@ -114,10 +114,15 @@ class GameBlock(Strict):
 
 
 class TracingConfig(Strict):
-    """Spans to ``traces.jsonl`` (and OTLP through OTEL_*); message text only with ``content``."""
+    """Spans to ``traces.jsonl`` (and OTLP through OTEL_*); message text only with ``content``.
+
+    ``messages``: publish and receive spans for the turn's bus messages (docs/observability.md);
+    off, messages still carry traceparents but a turn costs ~4 spans less.
+    """
 
     enabled: bool = True
     content: bool = False
+    messages: bool = True
 
 
 class ExperimentConfig(Strict):

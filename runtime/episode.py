@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Link, Status, StatusCode
 
 from agents.agent import Agent
 from agents.tokens import count_tokens
@@ -110,6 +111,7 @@ class _AgentActor(Actor):
         self.runner = runner
         self.agent = agent
         self.inbox = topics.agent_inbox(runner.options.run, runner.spec.id, agent.role)
+        self.model_player = runner.spec.players[agent.role].kind == "llm"
 
     async def handle(self, delivery: Delivery) -> None:
         request = delivery.message
@@ -119,7 +121,8 @@ class _AgentActor(Actor):
         tracer = tracing.tracer()
         with tracer.start_as_current_span(
             f"invoke_agent {self.agent.role}",
-            context=tracing.extract(request.traceparent),
+            # Under the receive span when the actor host opened one, else under the sender's.
+            context=tracing.parent_context(request.traceparent),
             kind=trace.SpanKind.INTERNAL,
             # Run, game and pairing sit on the episode span (and the run on the resource):
             # every attribute costs the SDK ~20 µs to check, on every turn.
@@ -131,9 +134,20 @@ class _AgentActor(Actor):
                 "parley.player": runner.spec.players[self.agent.role].label,
             },
         ) as span:
-            response = await self.agent.respond(request)
+            if self.model_player and tracing.enabled():
+                # Model-call spans find their conversation (the episode) in the baggage.
+                token = otel_context.attach(tracing.conversation_context(runner.spec.id))
+                try:
+                    response = await self.agent.respond(request)
+                finally:
+                    otel_context.detach(token)
+            else:
+                response = await self.agent.respond(request)
+            if tracing.record_content():  # message text only when the run opted in
+                span.set_attributes(tracing.content_attributes(response.prompt, response.text))
             response.traceparent = tracing.inject(span)
-        await runner.bus.publish(topics.gm_inbox(runner.options.run, runner.spec.id), response)
+            # Published inside the span: a traced bus makes the publish span its child.
+            await runner.bus.publish(topics.gm_inbox(runner.options.run, runner.spec.id), response)
 
 
 class _GameMasterActor(Actor):
@@ -172,10 +186,12 @@ class EpisodeRunner:
 
     async def run(self, parent: trace.Span | None = None) -> EpisodeResult:
         tracer = tracing.tracer()
-        ctx = trace.set_span_in_context(parent) if parent is not None else None
+        # Each episode is a trace of its own (a run of thousands would make one unwieldy
+        # trace), linked to the run's span.
         self._episode_span = tracer.start_span(
             f"episode {self.spec.game}",
-            context=ctx,
+            context=otel_context.Context(),
+            links=[Link(parent.get_span_context())] if parent is not None else None,
             attributes={
                 "parley.run": self.options.run,
                 "parley.game": self.spec.game,
@@ -185,24 +201,27 @@ class EpisodeRunner:
             },
         )
         self.result.started_at = time.time()
-        try:
-            await self._start()
-            if not self.done.done():
-                await asyncio.wait_for(asyncio.shield(self.done), self.options.timeout_s)
-        except TimeoutError:
-            self.fail(f"episode timed out after {self.options.timeout_s} s", None)
-        except Exception as exc:
-            self.fail(f"{type(exc).__name__}: {exc}", exc)
-        finally:
-            await self._release()
-        self.result.finished_at = time.time()
         span = self._episode_span
-        span.set_attribute("parley.outcome", self.result.outcome)
-        span.set_attribute("parley.turns", self.result.turns)
-        if self.result.outcome == "error":
-            span.set_status(Status(StatusCode.ERROR, self.result.reason[:200]))
-        span.end()
-        await self._publish_finished()
+        # Current while the episode runs: what it publishes, and its actors' tasks, hang under it.
+        with trace.use_span(span, end_on_exit=False):
+            try:
+                await self._start()
+                if not self.done.done():
+                    await asyncio.wait_for(asyncio.shield(self.done), self.options.timeout_s)
+            except TimeoutError:
+                self.fail(f"episode timed out after {self.options.timeout_s} s", None)
+            except Exception as exc:
+                self.fail(f"{type(exc).__name__}: {exc}", exc)
+            finally:
+                await self._release()
+            self.result.finished_at = time.time()
+            span.set_attribute("parley.outcome", self.result.outcome)
+            span.set_attribute("parley.turns", self.result.turns)
+            if self.result.outcome == "error":
+                span.set_status(Status(StatusCode.ERROR, self.result.reason[:200]))
+            await self._publish_finished()
+            span.end()
+        tracing.record_episode(self.result)
         return self.result
 
     async def _gm_call(self, fn: Any, *args: Any) -> Any:
@@ -351,7 +370,8 @@ class EpisodeRunner:
             },
         )
         request.traceparent = tracing.inject(self._turn_span)
-        await self._emit(topics.agent_inbox(self.options.run, self.spec.id, turn.role), request)
+        with trace.use_span(self._turn_span, end_on_exit=False):
+            await self._emit(topics.agent_inbox(self.options.run, self.spec.id, turn.role), request)
 
     async def on_response(self, response: TurnResponse) -> None:
         if self.done.done():
@@ -379,15 +399,22 @@ class EpisodeRunner:
             await self._gm_call(gm.on_reply, response.role, text)
             events = gm.drain_events()
         except Exception as exc:
+            self._end_turn()
             self.fail(f"game master failed on a reply: {type(exc).__name__}: {exc}", exc)
             return
-        finally:
-            if self._turn_span is not None:
-                self._turn_span.end()
-                self._turn_span = None
         for event in events:
             await self._emit(self._events_topic, self._transcript_event(event))
+        self._end_turn()
         await self._advance()
+
+    def _end_turn(self) -> None:
+        """End the turn's span, after its events went out (they belong to the turn)."""
+        span, self._turn_span = self._turn_span, None
+        if span is None:
+            return
+        if self.gm is not None and self.gm.outcome is not None:
+            span.set_attribute("parley.outcome", self.gm.outcome)
+        span.end()
 
     def _count(self, response: TurnResponse) -> None:
         role = response.role

@@ -147,10 +147,12 @@ async def run_experiment(
         folder.path,
         enabled=config.tracing.enabled,
         content=config.tracing.content,
+        messages=config.tracing.messages,
         attributes={"parley.run": run_id},
     )
     tracing.activate()
-    the_bus = bus_module.connect(bus_url or config.bus)
+    # With tracing on: publish spans, and a traceparent on every message.
+    the_bus = tracing.wrap_bus(bus_module.connect(bus_url or config.bus))
     writer = ResultWriter(folder, run_id)
     writer.start()
     options = EpisodeOptions(

@@ -27,7 +27,7 @@ import aiohttp
 import anthropic
 import httpx2
 import openai
-from opentelemetry import trace
+from opentelemetry import baggage, trace
 
 from agents.backends.formats import (
     AnthropicStream,
@@ -611,6 +611,10 @@ class ModelClient:
                     record_exception=False,
                     set_status_on_exception=False,
                 ) as span:
+                    # The episode, set as baggage by the runtime around the agent's turn.
+                    conversation = baggage.get_baggage("gen_ai.conversation.id")
+                    if conversation:
+                        span.set_attribute("gen_ai.conversation.id", str(conversation))
                     try:
                         async with asyncio.timeout(spec.timeout_s):
                             reply = await endpoint.send(body, spec.stream)

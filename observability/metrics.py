@@ -1,0 +1,264 @@
+"""Run metrics through the OpenTelemetry metrics API: episodes, turns, tokens and latencies.
+
+Recorded once per finished episode from its transcript (nothing is added to the turn loop),
+exported to ``metrics.jsonl`` in the run folder (one OTLP-JSON ``MetricsData`` object per
+export: every minute and at the end of the run, cumulative, so the last line holds the totals)
+and to an OTLP collector when ``OTEL_EXPORTER_OTLP[_METRICS]_ENDPOINT`` is set.
+
+Instruments (attributes in brackets):
+
+- ``parley.episodes`` counter [parley.game, parley.pairing, parley.outcome]
+- ``parley.turns`` counter [parley.game, parley.role, parley.model]
+- ``parley.tokens`` counter, every token a role used, backend-reported or counted
+  [parley.game, parley.role, parley.model, gen_ai.token.type, parley.token_source]
+- ``gen_ai.client.token.usage`` histogram per model call (GenAI conventions)
+  [gen_ai.operation.name, gen_ai.request.model, gen_ai.token.type]
+- ``gen_ai.client.operation.duration`` histogram (s) per model call attempt
+  [gen_ai.operation.name, gen_ai.request.model, error.type]
+- ``parley.turn.duration`` histogram (s): one turn, request sent to next request sent
+- ``parley.agent.duration`` histogram (s): the policy's part of it (model calls for models);
+  both for model and human players only (scripted play takes microseconds)
+- ``parley.episode.duration`` histogram (s) [parley.game, parley.outcome]
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricReader,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+from opentelemetry.sdk.resources import Resource
+
+from observability.tracing import otlp_settings
+
+SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
+TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
+EXPORT_INTERVAL_MS = 60_000
+
+
+class JsonlMetricExporter(MetricExporter):
+    """Appends each export as one line of OTLP JSON (``MetricsData.to_json``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__()
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        line = metrics_data.to_json(indent=None) + "\n"
+        with self._lock:
+            if self._file.closed:
+                return MetricExportResult.FAILURE
+            self._file.write(line)
+            self._file.flush()
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def _otlp_reader() -> MetricReader | None:
+    configured, protocol = otlp_settings("metrics")
+    if not configured:
+        return None
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import (  # type: ignore[assignment]
+            OTLPMetricExporter,
+        )
+    return PeriodicExportingMetricReader(
+        OTLPMetricExporter(), export_interval_millis=EXPORT_INTERVAL_MS
+    )
+
+
+def _get(message: Any, key: str, default: Any = None) -> Any:
+    if isinstance(message, dict):
+        return message.get(key, default)
+    return getattr(message, key, default)
+
+
+def turn_timings(messages: Iterable[Any]) -> Iterator[dict[str, Any]]:
+    """Per answered turn: role, model, wall time, the policy's time, usage and call records.
+
+    ``turn_s`` runs from the turn request being sent to the next request (or the episode's end);
+    ``agent_s`` is what the policy reported (for model players: the model calls, retries
+    included); the rest is the runtime's (bus, game master, recording). Works on message objects
+    and on their JSON (a transcript read back).
+    """
+    pending: dict[str, Any] | None = None
+    for m in messages:
+        kind = _get(m, "kind")
+        if kind == "turn_request":
+            sent = float(_get(m, "sent_at") or 0.0)
+            if pending is not None and pending.get("answered"):
+                pending["turn_s"] = max(0.0, sent - pending["sent_at"])
+                yield pending
+            pending = {"role": _get(m, "role"), "turn": _get(m, "turn"), "sent_at": sent}
+        elif kind == "turn_response" and pending is not None:
+            usage = _get(m, "usage")
+            pending.update(
+                answered=True,
+                model=_get(m, "model") or "",
+                agent_s=float(_get(m, "latency_s") or 0.0),
+                usage=(
+                    {
+                        "input": _get(usage, "input_tokens", 0),
+                        "output": _get(usage, "output_tokens", 0),
+                        "source": _get(usage, "source", "backend"),
+                    }
+                    if usage is not None
+                    else None
+                ),
+                calls=list(_get(m, "calls") or []),
+                replied_at=float(_get(m, "sent_at") or 0.0),
+            )
+        elif kind == "episode_finished" and pending is not None and pending.get("answered"):
+            pending["turn_s"] = max(0.0, float(_get(m, "sent_at") or 0.0) - pending["sent_at"])
+            yield pending
+            pending = None
+    if pending is not None and pending.get("answered"):
+        pending["turn_s"] = max(pending["agent_s"], pending["replied_at"] - pending["sent_at"])
+        yield pending
+
+
+class RunMetrics:
+    """The run's meter provider and instruments; :meth:`record_episode` feeds them."""
+
+    def __init__(self, run_dir: str | Path | None, resource: Resource) -> None:
+        readers: list[MetricReader] = []
+        if run_dir is not None:
+            readers.append(
+                PeriodicExportingMetricReader(
+                    JsonlMetricExporter(Path(run_dir) / "metrics.jsonl"),
+                    export_interval_millis=EXPORT_INTERVAL_MS,
+                )
+            )
+        otlp = _otlp_reader()
+        if otlp is not None:
+            readers.append(otlp)
+        self.provider = MeterProvider(resource=resource, metric_readers=readers)
+        meter = self.provider.get_meter("parley")
+        self.episodes = meter.create_counter("parley.episodes", "{episode}", "Finished episodes")
+        self.turns = meter.create_counter("parley.turns", "{turn}", "Answered turns")
+        self.tokens = meter.create_counter("parley.tokens", "{token}", "Tokens used per role")
+        self.token_usage = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            "{token}",
+            "Tokens per model call",
+            explicit_bucket_boundaries_advisory=TOKENS,
+        )
+        self.call_duration = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            "s",
+            "Model call attempts",
+            explicit_bucket_boundaries_advisory=SECONDS,
+        )
+        self.turn_duration = meter.create_histogram(
+            "parley.turn.duration", "s", "One turn", explicit_bucket_boundaries_advisory=SECONDS
+        )
+        self.agent_duration = meter.create_histogram(
+            "parley.agent.duration",
+            "s",
+            "The policy's part of a turn",
+            explicit_bucket_boundaries_advisory=SECONDS,
+        )
+        self.episode_duration = meter.create_histogram(
+            "parley.episode.duration",
+            "s",
+            "One episode",
+            explicit_bucket_boundaries_advisory=SECONDS,
+        )
+
+    def record_episode(self, result: Any) -> None:
+        spec = result.spec
+        game = spec.game
+        labels = {role: player.label for role, player in spec.players.items()}
+        self.episodes.add(
+            1,
+            {
+                "parley.game": game,
+                "parley.pairing": spec.pairing_label,
+                "parley.outcome": result.outcome,
+            },
+        )
+        self.episode_duration.record(
+            max(0.0, result.finished_at - result.started_at),
+            {"parley.game": game, "parley.outcome": result.outcome},
+        )
+        for role, tokens in result.tokens.items():
+            source = result.token_source.get(role, "counted")
+            for kind in ("input", "output"):
+                if tokens.get(kind):
+                    self.tokens.add(
+                        tokens[kind],
+                        {
+                            "parley.game": game,
+                            "parley.role": role,
+                            "parley.model": labels.get(role, ""),
+                            "gen_ai.token.type": kind,
+                            "parley.token_source": source,
+                        },
+                    )
+        turns: dict[str, int] = {}
+        role_attrs: dict[str, dict[str, str]] = {}
+        # Per-turn latencies only for players whose latency says something (models, people):
+        # a scripted player's microseconds would cost more to record than they are worth.
+        timed = {role for role, p in spec.players.items() if p.kind not in ("scripted", "random")}
+        for t in turn_timings(result.transcript):
+            role = t["role"]
+            attrs = role_attrs.get(role)
+            if attrs is None:
+                attrs = {
+                    "parley.game": game,
+                    "parley.role": role,
+                    "parley.model": labels.get(role, ""),
+                }
+                role_attrs[role] = attrs
+            turns[role] = turns.get(role, 0) + 1
+            if role not in timed:
+                continue
+            self.turn_duration.record(t["turn_s"], attrs)
+            self.agent_duration.record(t["agent_s"], attrs)
+            model = t["model"] or labels.get(role, "")
+            usage = t["usage"]
+            if usage is not None and usage["source"] == "backend":
+                for kind in ("input", "output"):
+                    self.token_usage.record(
+                        usage[kind],
+                        {
+                            "gen_ai.operation.name": "chat",
+                            "gen_ai.request.model": model,
+                            "gen_ai.token.type": kind,
+                        },
+                    )
+            for call in t["calls"]:
+                if call.get("latency_s") is None:
+                    continue
+                call_attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+                if call.get("outcome", "ok") != "ok":
+                    call_attrs["error.type"] = call["outcome"]
+                self.call_duration.record(float(call["latency_s"]), call_attrs)
+        for role, count in turns.items():
+            self.turns.add(count, role_attrs[role])
+
+    def close(self) -> None:
+        self.provider.force_flush()
+        self.provider.shutdown()

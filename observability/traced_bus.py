@@ -1,0 +1,130 @@
+"""A bus wrapper that traces publishing: PRODUCER spans, and a traceparent on every message.
+
+``TracedBus(inner)`` behaves as ``inner`` (any transport) in every respect except ``publish``:
+
+- a message of a kind in ``span_kinds`` (by default the turn's own messages — turn requests and
+  responses — and the episode's start and end, jobs and control) gets a ``publish {topic}``
+  PRODUCER span, child of the span that sends it, and carries that span's traceparent;
+- any other message (transcript events, state updates: several per turn, read only by
+  observers) carries the traceparent of the span that sends it, without a span of its own —
+  a span per event would double the cost of tracing a turn for little insight.
+
+"The span that sends it" is the current span when one is active (an actor's handler runs in
+its receive span), else the span the message's own ``traceparent`` names (the game master
+stamps a turn request with its turn span). The receiving side opens CONSUMER spans under the
+message's traceparent (:func:`observability.tracing.consume`, used by the actor host), so a
+turn is one connected trace — also through a broker and in another process, since the
+traceparent travels inside the message (and, over MQTT 5, as a user property).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any, Self
+
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanKind
+
+from bus.base import Bus, BusStats, Router, Subscription
+from bus.messages import Message
+from observability import tracing
+
+DEFAULT_SPAN_KINDS = frozenset(
+    {
+        "turn_request",
+        "turn_response",
+        "episode_started",
+        "episode_finished",
+        "control",
+        "job",
+        "job_result",
+    }
+)
+
+
+def messaging_system(bus: Bus) -> str:
+    """The ``messaging.system`` value of a transport."""
+    name = type(bus).__name__.lower()
+    return "mqtt" if "mqtt" in name else "parley.local"
+
+
+class TracedBus(Bus):
+    """``inner`` with publish spans; subscriptions, stats and lifecycle are ``inner``'s own."""
+
+    def __init__(self, inner: Bus, *, span_kinds: Collection[str] = DEFAULT_SPAN_KINDS) -> None:
+        # No Bus.__init__: routing state lives in ``inner`` (exposed through the properties).
+        self.inner = inner
+        self.span_kinds = frozenset(span_kinds)
+        self.system = messaging_system(inner)
+
+    # --- what stays inner's ---------------------------------------------------------------------
+
+    @property
+    def router(self) -> Router:  # type: ignore[override]
+        return self.inner.router
+
+    @property
+    def stats(self) -> BusStats:  # type: ignore[override]
+        return self.inner.stats
+
+    @property
+    def closed(self) -> bool:  # type: ignore[override]
+        return self.inner.closed
+
+    def subscribe(self, topic_filter: str, **options: Any) -> Subscription:
+        return self.inner.subscribe(topic_filter, **options)
+
+    async def deliver_local(self, topic: str, message: Message) -> None:
+        await self.inner.deliver_local(topic, message)
+
+    async def _unsubscribe(self, sub: Subscription) -> None:
+        await self.inner._unsubscribe(sub)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def __aenter__(self) -> Self:
+        await self.inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.inner.__aexit__(*exc)
+
+    def __getattr__(self, name: str) -> Any:
+        # Transport-specific extras (MqttBus.start, .host, .port …).
+        return getattr(self.inner, name)
+
+    # --- publishing -------------------------------------------------------------------------------
+
+    async def publish(self, topic: str, message: Message, *, qos: int = 1) -> None:
+        if not tracing.enabled():
+            await self.inner.publish(topic, message, qos=qos)
+            return
+        current = trace.get_current_span()
+        if current.get_span_context().is_valid:
+            parent: trace.Span | None = current
+        else:
+            remote = tracing.span_context(message.traceparent)
+            parent = NonRecordingSpan(remote) if remote is not None else None
+        if parent is None:
+            await self.inner.publish(topic, message, qos=qos)
+            return
+        if message.kind not in self.span_kinds or not tracing.message_spans():
+            message.traceparent = tracing.inject(parent)
+            await self.inner.publish(topic, message, qos=qos)
+            return
+        span = tracing.tracer().start_span(
+            f"publish {tracing.topic_template(topic)}",
+            context=trace.set_span_in_context(parent),
+            kind=SpanKind.PRODUCER,
+            attributes=tracing.messaging_attributes(topic, message, "publish", self.system),
+        )
+        message.traceparent = tracing.inject(span)
+        # Not made current: nothing inside starts spans, and attaching a context costs.
+        try:
+            await self.inner.publish(topic, message, qos=qos)
+        except BaseException as exc:
+            span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+            raise
+        finally:
+            span.end()
