@@ -119,15 +119,84 @@ def _cmd_games(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from runtime.report import build_report, write_report
+    from runtime.report import write_report
 
     run = Path(args.run)
     if not (run / "episodes.jsonl").exists():
         console.print(f"[red]{run} is not a run folder (no episodes.jsonl)[/]")
         return 2
     path = write_report(run)
-    print(build_report(run))
+    print(path.read_text(encoding="utf-8"))  # not built twice: reading every transcript is slow
     console.print(f"written to {path}")
+    return 0
+
+
+def _run_folder(value: str | None) -> Path | None:
+    run = Path(value) if value else None
+    if run is None or not (run / "episodes.jsonl").exists():
+        console.print(f"[red]{run} is not a run folder (no episodes.jsonl)[/]")
+        return None
+    return run
+
+
+def _cmd_leaks(args: argparse.Namespace) -> int:
+    if args.eval is not None:
+        from observability.leaks import evaluate, load_labelled
+
+        items = load_labelled(args.eval or None)
+        table = Table(title=f"leak detection on {len(items)} labelled utterances")
+        for column in ("split", "method", "precision", "recall", "F1", "pairs"):
+            table.add_column(column, justify="left" if column in ("split", "method") else "right")
+        for split in (None, *sorted({i.get("split", "") for i in items} - {""})):
+            scores = evaluate(items, split)
+            for method in ("detector", "baseline"):
+                s = scores[method]["all"]
+                table.add_row(
+                    split or "all",
+                    "normalised" if method == "detector" else "substring (COMMA)",
+                    f"{s.precision:.3f}",
+                    f"{s.recall:.3f}",
+                    f"{s.f1:.3f}",
+                    str(s.tp + s.fp + s.fn + s.tn),
+                )
+        Console().print(table)
+        return 0
+    run = _run_folder(args.run)
+    if run is None:
+        return 2
+    from runtime.reports.analysis import leaks_text
+
+    print(leaks_text(run, args.limit))
+    return 0
+
+
+def _cmd_errors(args: argparse.Namespace) -> int:
+    run = _run_folder(args.run)
+    if run is None:
+        return 2
+    from runtime.reports.analysis import errors_text
+
+    print(errors_text(run, args.limit))
+    if not args.judge:
+        return 0
+    import yaml
+
+    from agents.backends.spec import ModelSpec
+    from observability.judge import judge_run, write_verdicts
+    from runtime.reports.analysis import judge_text
+
+    source = Path(args.models) if args.models else run / "config.yaml"
+    registry = (yaml.safe_load(source.read_text()) or {}).get("models") or {}
+    if args.judge not in registry:
+        console.print(f"[red]no model {args.judge!r} in the models of {source}[/]")
+        return 2
+    specs = {name: ModelSpec.model_validate(spec) for name, spec in registry.items()}
+    verdicts = asyncio.run(
+        judge_run(run, args.judge, specs, failed_only=not args.all, concurrency=args.concurrency)
+    )
+    path = write_verdicts(run, verdicts)
+    print(judge_text(run, verdicts))
+    console.print(f"verdicts written to {path}")
     return 0
 
 
@@ -173,6 +242,33 @@ def build_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="print and write the report of a run folder")
     report.add_argument("run", help="run folder")
     report.set_defaults(fn=_cmd_report)
+
+    leaks = sub.add_parser(
+        "leaks", help="private facts one role disclosed to another, per episode and pairing"
+    )
+    leaks.add_argument("run", nargs="?", help="run folder")
+    leaks.add_argument("--limit", type=int, default=20, help="disclosures to list (default 20)")
+    leaks.add_argument(
+        "--eval",
+        nargs="?",
+        const="",
+        metavar="FILE",
+        help="instead: precision/recall on a labelled set (default: the one shipped)",
+    )
+    leaks.set_defaults(fn=_cmd_leaks)
+
+    errors = sub.add_parser("errors", help="error categories per model (rules; optional judge)")
+    errors.add_argument("run", help="run folder")
+    errors.add_argument("--limit", type=int, default=20, help="findings to list (default 20)")
+    errors.add_argument("--judge", metavar="MODEL", help="also ask this model (registry name)")
+    errors.add_argument(
+        "--models", help="YAML with a `models:` registry (default: the run's config.yaml)"
+    )
+    errors.add_argument(
+        "--all", action="store_true", help="judge every episode, not only failed ones"
+    )
+    errors.add_argument("--concurrency", type=int, default=8, help="judge requests at once")
+    errors.set_defaults(fn=_cmd_errors)
 
     broker = sub.add_parser("broker", help="start Mosquitto with the project's broker config")
     broker.add_argument("--config", help="broker config (default configs/mosquitto.conf)")

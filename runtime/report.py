@@ -94,6 +94,12 @@ def build_report(run_dir: str | Path) -> str:
     extra = pairings.report(records, path)
     if extra:
         parts += [extra, ""]
+    # Time split and tokens per role, privacy leaks, error categories (observability, any game).
+    from runtime.reports import analysis
+
+    extra = analysis.report(records, path)
+    if extra:
+        parts += [extra, ""]
     return "\n".join(parts)
 
 
