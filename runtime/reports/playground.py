@@ -1,0 +1,188 @@
+"""LVLM-Playground tables (seed 003): the paper's Tables 2–5 — perceiving, QA and rule
+following accuracy and the mean E2E score, one row per player, one column per game — plus
+the star-weighted aggregate per task and the ability ratings it uses (Table 1).
+
+Rows are the player of role ``player`` (with ``[text]`` for the text variant, and the
+opponent when it is not the built-in search). A value below the random player's for the same
+game and variant is marked ↓ (the paper's blue).
+
+    python -m runtime.reports.playground RUN_DIR
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from environments.playground.ratings import (
+    ABILITIES,
+    GAMES,
+    STARS,
+    TASK_ABILITIES,
+    aggregate,
+    stars_text,
+)
+
+TITLES = {
+    "tictactoe": "TicTacToe",
+    "reversi": "Reversi",
+    "sudoku": "Sudoku",
+    "minesweeper": "Minesweeper",
+    "gomoku": "Gomoku",
+    "chess": "Chess",
+}
+TABLES = (
+    ("perceiving", "Table 2 — Perceiving (cell accuracy)", "accuracy", 3),
+    ("qa", "Table 3 — Question answering (accuracy)", "accuracy", 3),
+    ("rule", "Table 4 — Rule following (valid moves)", "valid", 3),
+    ("e2e", "Table 5 — End-to-end playing (mean score, the paper's formulas)", "e2e_score", 1),
+)
+TASK_NAMES = {"perceiving": "Perceiving", "qa": "QA", "rule": "Rule following", "e2e": "E2E"}
+
+
+def _split(game: str) -> tuple[str, str] | None:
+    parts = game.split(".")
+    if len(parts) != 3 or parts[0] != "playground" or parts[1] not in GAMES:
+        return None
+    return parts[1], parts[2]
+
+
+def row_label(record: dict[str, Any]) -> str:
+    pairing = record.get("pairing", {})
+    label = str(pairing.get("player", "?"))
+    opponent = pairing.get("opponent")
+    if opponent is not None and opponent != "scripted":
+        label += f" vs {opponent}"
+    if (record.get("spec", {}).get("settings") or {}).get("variant") == "text":
+        label += " [text]"
+    return label
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def collect(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """``{task: {row: {game: mean}}}``; E2E also under ``e2e_main`` (main / 100, for the
+    aggregate). Episodes that errored or were cancelled are left out."""
+    sums: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for record in records:
+        where = _split(record.get("game", ""))
+        if where is None or record.get("outcome") not in ("success", "lost", "aborted"):
+            continue
+        game, task = where
+        scores = record.get("scores") or {}
+        label = row_label(record)
+        key = next(k for t, _, k, _ in TABLES if t == task)
+        if scores.get(key) is not None:
+            sums[(task, label, game)].append(float(scores[key]))
+        if task == "e2e" and scores.get("main") is not None:
+            sums[("e2e_main", label, game)].append(float(scores["main"]) / 100.0)
+    out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for (task, label, game), values in sums.items():
+        mean = _mean(values)
+        if mean is not None:
+            out[task][label][game] = mean
+    return out
+
+
+def _ordered_rows(rows: dict[str, dict[str, float]]) -> list[str]:
+    """Scripted first, models in name order, random last (as the paper's tables)."""
+
+    def key(label: str) -> tuple[int, str]:
+        base = label.split(" ")[0]
+        return (0 if base == "scripted" else 2 if base == "random" else 1, label)
+
+    return sorted(rows, key=key)
+
+
+def _random_row(label: str) -> str:
+    return "random" + (" [text]" if label.endswith("[text]") else "")
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def report(records: list[dict[str, Any]], run_dir: Path) -> str:
+    data = collect(records)
+    parts = ["## LVLM-Playground", ""]
+    if not data:
+        return "\n".join([*parts, "No playground episodes."])
+    counts: dict[str, int] = defaultdict(int)
+    for record in records:
+        where = _split(record.get("game", ""))
+        if where:
+            counts[where[1]] += 1
+    parts.append(
+        "Episodes: " + ", ".join(f"{TASK_NAMES[t]} {counts[t]}" for t, *_ in TABLES if counts[t])
+    )
+    parts.append("")
+    header = ["player", *(TITLES[g] for g in GAMES)]
+    for task, title, _, digits in TABLES:
+        rows = data.get(task)
+        if not rows:
+            continue
+        body = []
+        for label in _ordered_rows(rows):
+            baseline = rows.get(_random_row(label), {})
+            cells = []
+            for game in GAMES:
+                value = rows[label].get(game)
+                if value is None:
+                    cells.append("–")
+                    continue
+                mark = ""
+                floor = baseline.get(game)
+                if not label.startswith("random") and floor is not None and value < floor:
+                    mark = " ↓"
+                cells.append(f"{value:.{digits}f}{mark}")
+            body.append([label, *cells])
+        parts += [f"### {title}", "", _table(header, body), ""]
+    # The star-weighted aggregate per task (E2E on the normalised main score).
+    labels = sorted({label for task in data for label in data[task]}, key=lambda s: s)
+    body = []
+    for label in _ordered_rows({label: {} for label in labels}):
+        cells = []
+        for task, *_ in TABLES:
+            scores = data.get("e2e_main" if task == "e2e" else task, {}).get(label, {})
+            value = aggregate(task, scores) if scores else None
+            cells.append("–" if value is None else f"{value:.3f}")
+        body.append([label, *cells])
+    parts += [
+        "### Star-weighted aggregate per task",
+        "",
+        "Each game weighs by its stars over the abilities the task needs: "
+        + "; ".join(f"{TASK_NAMES[t]}: {', '.join(a)}" for t, a in TASK_ABILITIES.items())
+        + ". E2E uses main = score / best possible score.",
+        "",
+        _table(["player", *(TASK_NAMES[t] for t, *_ in TABLES)], body),
+        "",
+        "### Ability ratings (Table 1)",
+        "",
+        _table(
+            ["ability", *(TITLES[g] for g in GAMES)],
+            [[a.capitalize(), *(stars_text(STARS[g][a]) for g in GAMES)] for a in ABILITIES],
+        ),
+    ]
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from runtime.results import read_records
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m runtime.reports.playground RUN_DIR", file=sys.stderr)
+        return 2
+    run = Path(args[0])
+    print(report(read_records(run), run))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
