@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import chess
 
 from environments.playground import stockfish
-from environments.playground.common import Grid, Matrix, board_picture, text_board
+from environments.playground.common import Grid, Matrix, board_picture, centered_text, text_board
 from environments.playground.kit import (
     Kit,
     Played,
@@ -303,8 +303,6 @@ class ChessKit(Kit):
                 outline=(0, 0, 0) if white else (200, 200, 200),
                 width=2,
             )
-            from environments.playground.common import centered_text
-
             letter = PIECE_LETTERS[abs(v)]
             centered_text(draw, box, letter, px // 2, (10, 10, 10) if white else (245, 245, 245))
 

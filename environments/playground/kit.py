@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from environments.playground.common import Matrix
+from environments.playground.common import LETTERS, Matrix
 
 
 @dataclass
@@ -196,8 +196,6 @@ class Kit(ABC):
 
     @property
     def col_labels(self) -> list[str]:
-        from environments.playground.common import LETTERS
-
         return list(LETTERS[: self.cols])
 
     @property

@@ -19,6 +19,7 @@ from environments.playground.common import (
     cell_name,
     centered_text,
     parse_cell,
+    seeded,
     text_board,
 )
 from environments.playground.kit import (
@@ -408,8 +409,6 @@ class SudokuKit(Kit):
         return f"{cell_name(rng.randrange(9), rng.randrange(9))} {rng.randint(1, 9)}"
 
     def e2e_instance(self, seed: int, settings: dict[str, Any]) -> dict[str, Any]:
-        from environments.playground.common import seeded
-
         empty = int(settings.get("empty_cells", 45))
         puzzle, solution = make_puzzle(seeded("playground.sudoku.e2e", seed), empty)
         given = [bool(v) for v in puzzle]
