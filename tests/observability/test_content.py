@@ -13,7 +13,14 @@ from observability.tracing import read_spans
 from runtime.report import write_report
 from runtime.results import RunFolder
 from runtime.scheduler import run_experiment
-from tests.observability.conftest import KEY_ENV, SECRET, config, everything_written, model_entry
+from tests.observability.conftest import (
+    KEY_ENV,
+    SECRET,
+    Received,
+    config,
+    everything_written,
+    model_entry,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -68,8 +75,13 @@ async def test_content_only_when_the_run_opts_in(tmp_path: Path, content: bool) 
 
 
 async def test_an_api_key_is_never_written(
-    sim: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    sim: SimServerProcess,
+    http_receiver: tuple[str, Received],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    endpoint, got = http_receiver
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
     monkeypatch.setenv(KEY_ENV, SECRET)
     cfg = config(
         "comma.atm",
@@ -87,3 +99,7 @@ async def test_an_api_key_is_never_written(
     assert "chat leaky-solver" in written and KEY_ENV in written  # the variable's name only
     assert SECRET not in written and SECRET[-12:] not in written
     assert "authorization" not in written.lower() and "bearer" not in written.lower()
+    # Nor in what went to the OTLP collector (spans with content, metrics, request headers).
+    sent = b"".join(got.raw)
+    assert b"chat leaky-solver" in sent and b"parley.episodes" in sent
+    assert SECRET.encode() not in sent and b"bearer" not in sent.lower()

@@ -155,3 +155,31 @@ async def test_chat_spans_follow_the_genai_conventions(
         assert attrs["gen_ai.usage.input_tokens"] > 0 and attrs["gen_ai.usage.output_tokens"] > 0
         assert attrs["gen_ai.response.finish_reasons"] == ["stop"]
         assert by_id[span["parent_id"]]["name"] == "invoke_agent solver"
+
+
+async def test_a_malformed_traceparent_is_ignored_not_a_crash(tmp_path: Path) -> None:
+    from bus.local import LocalBus
+    from bus.messages import TextPart, TranscriptEvent
+    from observability.traced_bus import TracedBus
+    from observability.tracing import Tracing, consume
+
+    for bad in ("garbage", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", "00-zz-yy-01", ""):
+        assert span_context(bad) is None
+    tracing = Tracing(tmp_path)
+    tracing.activate()
+    try:
+        bus = TracedBus(LocalBus())
+        async with bus:
+            sub = await bus.subscribe("parley/r/e/events").ready()
+            message = TranscriptEvent(
+                run="r", episode="e", sender="x", event="note", from_role="gm",
+                content=[TextPart(text="hi")], traceparent="00-not-a-traceparent-01",
+            )  # fmt: skip
+            await bus.publish("parley/r/e/events", message)
+            delivery = await sub.get()
+            with consume(delivery.topic, delivery.message):
+                pass
+            assert delivery.message.traceparent == "00-not-a-traceparent-01"
+    finally:
+        tracing.close()
+    assert traces(tmp_path) == {}
