@@ -230,8 +230,14 @@ class Bus(ABC):
                 self.stats.delivered += 1
 
     @abstractmethod
-    async def publish(self, topic: str, message: Message, *, qos: int = 1) -> None:
-        """Send ``message`` to every subscriber whose filter matches ``topic``."""
+    async def publish(
+        self, topic: str, message: Message, *, qos: int = 1, local: bool = False
+    ) -> None:
+        """Send ``message`` to every subscriber whose filter matches ``topic``.
+
+        ``local=True``: only to this process's subscribers (a broker transport sends nothing
+        on) — for messages between actors that all live here.
+        """
 
     async def publish_raw(self, topic: str, payload: bytes | str, *, qos: int = 1) -> None:
         """Publish an encoded payload as a foreign client would; malformed ones are counted."""

@@ -14,7 +14,9 @@ class LocalBus(Bus):
     and nothing is dropped.
     """
 
-    async def publish(self, topic: str, message: Message, *, qos: int = 1) -> None:
+    async def publish(
+        self, topic: str, message: Message, *, qos: int = 1, local: bool = False
+    ) -> None:
         if self.closed:
             raise BusClosed("bus is closed")
         topics.check_topic(topic)

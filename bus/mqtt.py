@@ -380,17 +380,24 @@ class MqttBus(Bus):
 
     # -- publishing -----------------------------------------------------------------------------
 
-    async def publish(self, topic: str, message: Message, *, qos: int = 1) -> None:
+    async def publish(
+        self, topic: str, message: Message, *, qos: int = 1, local: bool = False
+    ) -> None:
         """Deliver to this process's subscribers and send to the broker (QoS 1: until acked).
 
         Returns once the message is in every local mailbox and on its way to the broker; waits
         while ``max_inflight`` publishes are unacknowledged (also while disconnected).
+        ``local=True`` skips the broker.
         """
         if self.closed:
             raise BusClosed("bus is closed")
         topics.check_topic(topic)
         if qos not in (0, 1, 2):
             raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
+        if local:
+            self.stats.published += 1
+            await self.deliver_local(topic, message)
+            return
         payload = encode(message, inline_images=self.inline_images, max_bytes=self.max_bytes)
         self._ensure_started()
         while len(self._pending) >= self.max_inflight:

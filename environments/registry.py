@@ -46,8 +46,21 @@ class GameInfo:
     # such as a data folder that does not exist; reported as config errors before the run.
     check_settings: Callable[[dict[str, Any]], list[str]] | None = None
     # Run the instance generator and the game master in a worker thread (games that render
-    # pictures or search inside the game master), so the event loop never waits on them.
-    offload_game_master: bool = False
+    # pictures or search inside the game master), so the event loop never waits on them; or a
+    # function of the episode's settings (a text variant renders nothing: a thread hop per call
+    # would cost more than it saves).
+    offload_game_master: bool | Callable[[dict[str, Any]], bool] = False
+
+    def offloads(self, settings: dict[str, Any]) -> bool:
+        """Whether episodes with ``settings`` call the game in a worker thread."""
+        offload = self.offload_game_master
+        return offload(settings) if callable(offload) else offload
+
+
+def renders_pictures(settings: dict[str, Any]) -> bool:
+    """For ``offload_game_master``: games with a ``variant`` setting draw only when it is not
+    ``text``."""
+    return settings.get("variant", "image") != "text"
 
 
 _GAMES: dict[str, GameInfo] = {}

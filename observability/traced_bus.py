@@ -96,9 +96,11 @@ class TracedBus(Bus):
 
     # --- publishing -------------------------------------------------------------------------------
 
-    async def publish(self, topic: str, message: Message, *, qos: int = 1) -> None:
+    async def publish(
+        self, topic: str, message: Message, *, qos: int = 1, local: bool = False
+    ) -> None:
         if not tracing.enabled():
-            await self.inner.publish(topic, message, qos=qos)
+            await self.inner.publish(topic, message, qos=qos, local=local)
             return
         current = trace.get_current_span()
         if current.get_span_context().is_valid:
@@ -107,11 +109,11 @@ class TracedBus(Bus):
             remote = tracing.span_context(message.traceparent)
             parent = NonRecordingSpan(remote) if remote is not None else None
         if parent is None:
-            await self.inner.publish(topic, message, qos=qos)
+            await self.inner.publish(topic, message, qos=qos, local=local)
             return
         if message.kind not in self.span_kinds or not tracing.message_spans():
             message.traceparent = tracing.inject(parent)
-            await self.inner.publish(topic, message, qos=qos)
+            await self.inner.publish(topic, message, qos=qos, local=local)
             return
         span = tracing.tracer().start_span(
             f"publish {tracing.topic_template(topic)}",
@@ -122,7 +124,7 @@ class TracedBus(Bus):
         message.traceparent = tracing.inject(span)
         # Not made current: nothing inside starts spans, and attaching a context costs.
         try:
-            await self.inner.publish(topic, message, qos=qos)
+            await self.inner.publish(topic, message, qos=qos, local=local)
         except BaseException as exc:
             span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
             raise

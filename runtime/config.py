@@ -116,13 +116,15 @@ class GameBlock(Strict):
 class TracingConfig(Strict):
     """Spans to ``traces.jsonl`` (and OTLP through OTEL_*); message text only with ``content``.
 
-    ``messages``: publish and receive spans for the turn's bus messages (docs/observability.md);
-    off, messages still carry traceparents but a turn costs ~4 spans less.
+    ``messages``: publish and receive spans for the turn's bus messages (docs/observability.md).
+    ``auto`` (default): on when messages cross processes (an MQTT bus), off on the local bus,
+    where a publish is a function call and traceparents already connect the turn; off, a turn
+    costs ~4 spans less and messages still carry traceparents.
     """
 
     enabled: bool = True
     content: bool = False
-    messages: bool = True
+    messages: bool | Literal["auto"] = "auto"
 
 
 class ExperimentConfig(Strict):
@@ -133,6 +135,9 @@ class ExperimentConfig(Strict):
     concurrency: int = Field(default=64, ge=1, le=100_000)
     bus: str = "local"
     record_prompts: bool = True
+    # What reaches an MQTT broker: "events" (episode events, state, results: what dashboards and
+    # recorders need) or "all" (also every turn request and response, prompts and images).
+    bus_mirror: Literal["events", "all"] = "events"
     episode_timeout_s: float | None = Field(default=None, gt=0)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     # The model registry: name -> how to reach and ask the model (agents/backends/spec.py).

@@ -50,6 +50,10 @@ class EpisodeOptions:
     # The run's model pool (agents.backends.pool.ModelPool), or the bare registry.
     models: Any = field(default_factory=dict)
     max_reply_chars: int = MAX_REPLY_CHARS
+    # Publish turn requests and responses to a broker too; by default they stay in-process
+    # (their only subscribers are this episode's actors) and only events, state and results,
+    # what remote observers need, cross the broker.
+    mirror_turns: bool = False
 
 
 @dataclass
@@ -147,7 +151,11 @@ class _AgentActor(Actor):
                 span.set_attributes(tracing.content_attributes(response.prompt, response.text))
             response.traceparent = tracing.inject(span)
             # Published inside the span: a traced bus makes the publish span its child.
-            await runner.bus.publish(topics.gm_inbox(runner.options.run, runner.spec.id), response)
+            await runner.bus.publish(
+                topics.gm_inbox(runner.options.run, runner.spec.id),
+                response,
+                local=not runner.options.mirror_turns,
+            )
 
 
 class _GameMasterActor(Actor):
@@ -171,6 +179,7 @@ class EpisodeRunner:
         self.host = host
         self.options = options
         self.info = registry.get(spec.game)
+        self._offload = self.info.offloads(spec.settings)
         self.result = EpisodeResult(spec=spec, outcome="error")
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.gm: GameMaster | None = None
@@ -226,9 +235,10 @@ class EpisodeRunner:
 
     async def _gm_call(self, fn: Any, *args: Any) -> Any:
         """Call into the game (instance, game master); in a worker thread when the game asks
-        for it (``GameInfo.offload_game_master``: it renders or searches there), so the event
-        loop never waits on it. Calls of one episode never overlap: the game needs no locks."""
-        if self.info.offload_game_master:
+        for it for these settings (``GameInfo.offloads``: it renders or searches there), so the
+        event loop never waits on it. Calls of one episode never overlap: the game needs no
+        locks."""
+        if self._offload:
             return await anyio.to_thread.run_sync(fn, *args)
         return fn(*args)
 
@@ -317,9 +327,9 @@ class EpisodeRunner:
 
     # --- the turn loop ---------------------------------------------------------------------
 
-    async def _emit(self, topic: str, message: Message) -> None:
+    async def _emit(self, topic: str, message: Message, *, local: bool = False) -> None:
         self.result.transcript.append(message)
-        await self.bus.publish(topic, message)
+        await self.bus.publish(topic, message, local=local)
 
     async def _advance(self) -> None:
         gm = self.gm
@@ -371,7 +381,11 @@ class EpisodeRunner:
         )
         request.traceparent = tracing.inject(self._turn_span)
         with trace.use_span(self._turn_span, end_on_exit=False):
-            await self._emit(topics.agent_inbox(self.options.run, self.spec.id, turn.role), request)
+            await self._emit(
+                topics.agent_inbox(self.options.run, self.spec.id, turn.role),
+                request,
+                local=not self.options.mirror_turns,
+            )
 
     async def on_response(self, response: TurnResponse) -> None:
         if self.done.done():

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -118,6 +120,26 @@ class Scheduler:
             self.on_result(result)
 
 
+@contextlib.contextmanager
+def tuned_gc(gen0: int = 10_000) -> Iterator[None]:
+    """Collect garbage less often while a run plays.
+
+    Thousands of live episodes make CPython's default collector (a young-generation pass every
+    700 allocations, scanning everything reachable) cost up to 40 % of a run: objects that exist
+    before the run (modules, the game registry) are frozen out of collection, and young
+    collections wait for more allocations. The previous settings are restored afterwards.
+    """
+    before = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(gen0, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
 @dataclass
 class RunOutcome:
     folder: RunFolder
@@ -143,21 +165,26 @@ async def run_experiment(
     finished = folder.finished_ids()
     todo = [s for s in specs if s.id not in finished]
     run_id = folder.run_id
+    url = bus_url or config.bus
+    messages = config.tracing.messages
+    if messages == "auto":
+        messages = url.startswith("mqtt")
     tracing = Tracing(
         folder.path,
         enabled=config.tracing.enabled,
         content=config.tracing.content,
-        messages=config.tracing.messages,
+        messages=messages,
         attributes={"parley.run": run_id},
     )
     tracing.activate()
     # With tracing on: publish spans, and a traceparent on every message.
-    the_bus = tracing.wrap_bus(bus_module.connect(bus_url or config.bus))
+    the_bus = tracing.wrap_bus(bus_module.connect(url))
     writer = ResultWriter(folder, run_id)
     writer.start()
     options = EpisodeOptions(
         run=run_id,
         record_prompts=config.record_prompts,
+        mirror_turns=config.bus_mirror == "all",
         timeout_s=config.episode_timeout_s,
         models=config.models,
     )
@@ -171,9 +198,10 @@ async def run_experiment(
         f"run {config.name}", attributes={"parley.run": run_id, "parley.episodes": len(todo)}
     )
     try:
-        async with the_bus, open_models(config.models, folder.path, todo) as models:
-            options.models = models  # one pool of model clients for every episode
-            await scheduler.run(run_span)
+        with tuned_gc():
+            async with the_bus, open_models(config.models, folder.path, todo) as models:
+                options.models = models  # one pool of model clients for every episode
+                await scheduler.run(run_span)
     finally:
         run_span.end()
         await writer.close()

@@ -24,7 +24,7 @@ from environments.comma import (
 )
 from environments.comma.base import CommaGameMaster, Puzzle
 from environments.comma.talk import random_solver
-from environments.registry import GameInfo, register
+from environments.registry import GameInfo, register, renders_pictures
 
 LOOP_SETTINGS: dict[str, Any] = {"max_turns": 10, "max_mistakes": 3, "variant": "image"}
 
@@ -51,7 +51,7 @@ def register_puzzle(
             text_settings={"variant": "text"},
             check_settings=puzzle.check_settings,
             # Observations render PNGs inside the game master: keep that off the event loop.
-            offload_game_master=True,
+            offload_game_master=renders_pictures,
         )
     )
 

@@ -15,7 +15,7 @@ from environments.playground.reversi import ReversiKit
 from environments.playground.sudoku import SudokuKit
 from environments.playground.tasks import TASKS, master_for
 from environments.playground.tictactoe import TicTacToeKit
-from environments.registry import GameInfo, register
+from environments.registry import GameInfo, register, renders_pictures
 
 KITS: dict[str, Kit] = {
     kit.name: kit
@@ -90,7 +90,7 @@ def _register(kit: Kit, task: str) -> GameInfo:
             # Searches (alpha-beta, Stockfish) and pictures are made in worker threads, so the
             # event loop never waits on them.
             offload_players=True,
-            offload_game_master=True,
+            offload_game_master=renders_pictures,
         )
     )
 

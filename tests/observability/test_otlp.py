@@ -24,7 +24,12 @@ async def test_spans_and_metrics_reach_an_otlp_receiver(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
-    cfg = config("comma.wire", [0, 1, 2], [{"solver": "scripted", "expert": "scripted"}])
+    cfg = config(
+        "comma.wire",
+        [0, 1, 2],
+        [{"solver": "scripted", "expert": "scripted"}],
+        tracing={"messages": True},  # bus spans on the local bus too (default: only over MQTT)
+    )
     outcome = await run_experiment(cfg, tmp_path)
     assert len(outcome.records) == 3
     # The same spans as the run folder's file, in the same traces.

@@ -58,7 +58,13 @@ async def test_one_connected_trace_per_episode_over_mosquitto(mqtt_broker, tmp_p
 
     watcher = asyncio.create_task(watch())
     await asyncio.wait_for(ready.wait(), 10)
-    cfg = config("comma.atm", [0, 1], [{"solver": "scripted", "expert": "scripted"}], concurrency=2)
+    cfg = config(
+        "comma.atm",
+        [0, 1],
+        [{"solver": "scripted", "expert": "scripted"}],
+        concurrency=2,
+        bus_mirror="all",  # turn requests and responses on the broker too, to follow them there
+    )
     outcome = await run_experiment(cfg, tmp_path, bus_url=mqtt_broker.url)
     await asyncio.sleep(0.3)  # the last messages on their way from the broker
     watcher.cancel()

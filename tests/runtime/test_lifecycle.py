@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -342,3 +344,47 @@ def test_overrides_and_the_resume_guard(tmp_path: Path) -> None:
         timeout=60,
     )
     assert again.returncode == 2 and "--resume" in again.stderr
+
+
+async def test_turns_stay_in_process_and_events_reach_the_broker(
+    tmp_path: Path, mqtt_broker
+) -> None:
+    require(mqtt_broker.mqtt5, "needs Mosquitto (MQTT 5): apt-get install mosquitto")
+    import aiomqtt
+
+    seen: list[tuple[str, str]] = []
+    ready = asyncio.Event()
+
+    async def watch() -> None:
+        async with aiomqtt.Client(
+            mqtt_broker.host, mqtt_broker.port, protocol=aiomqtt.ProtocolVersion.V5
+        ) as client:
+            await client.subscribe("parley/#", qos=1)
+            ready.set()
+            async for message in client.messages:
+                seen.append((str(message.topic), json.loads(message.payload)["kind"]))
+
+    watcher = asyncio.create_task(watch())
+    await asyncio.wait_for(ready.wait(), 10)
+    data = {
+        "name": "mirror",
+        "games": [
+            {
+                "game": "comma.wire",
+                "seeds": {"count": 3},
+                "pairings": [{"solver": "scripted", "expert": "scripted"}],
+            }
+        ],
+    }
+    outcome = await run_experiment(load_config(data), tmp_path / "run", bus_url=mqtt_broker.url)
+    await asyncio.sleep(0.3)
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await watcher
+    kinds = {kind for _, kind in seen}
+    assert {r["outcome"] for r in outcome.records} == {"success"}
+    # Observers get what happened; the actors' own requests and replies never left the process.
+    assert {"episode_started", "transcript_event", "episode_finished"} <= kinds
+    assert not kinds & {"turn_request", "turn_response"}
+    assert sum(kind == "episode_finished" for kind in kinds) == 1
+    assert sum(kind == "episode_finished" for _, kind in seen) == 3
