@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bus.messages import ImagePart, PromptMessage, TextPart
 from memory import MemoryEntry, WorkingMemory
@@ -19,33 +19,40 @@ class Prompt:
     history: list[MemoryEntry]
     working: WorkingMemory
     turn: int
+    _messages: list[PromptMessage] | None = field(default=None, init=False, repr=False)
 
     def messages(self) -> list[PromptMessage]:
         """The prompt as chat messages: system, the history, then the current observation.
 
         Messages from other roles are labelled with the sender; consecutive messages of the same
-        chat role are left to the backend to merge where its API needs alternation.
+        chat role are left to the backend to merge where its API needs alternation. Built once
+        per prompt (the policy and the transcript both need it); treat it as read-only.
         """
-        out = [PromptMessage(role="system", content=[TextPart(text=self.system)])]
+        if self._messages is not None:
+            return self._messages
+        # The parts are validated already (they came off the bus): construct without re-checking.
+        message, text = PromptMessage.model_construct, TextPart.model_construct
+        out = [message(role="system", content=[text(type="text", text=self.system)])]
         for entry in self.history:
             if entry.own:
-                out.append(PromptMessage(role="assistant", content=list(entry.parts)))
+                out.append(message(role="assistant", content=list(entry.parts)))
             else:
-                out.append(PromptMessage(role="user", content=_labelled(entry)))
+                out.append(message(role="user", content=_labelled(entry)))
         current: list[Part] = list(self.working.observation)
         if self.working.feedback:
-            current.append(TextPart(text=f"Feedback: {self.working.feedback}"))
+            current.append(text(type="text", text=f"Feedback: {self.working.feedback}"))
         if current:
-            out.append(PromptMessage(role="user", content=current))
+            out.append(message(role="user", content=current))
+        self._messages = out
         return out
 
     def record(self) -> list[PromptMessage]:
         """The prompt with images by reference, for the transcript."""
-        messages = self.messages()
+        messages = list(self.messages())
         for i, m in enumerate(messages):
             if any(isinstance(p, ImagePart) and p.data is not None for p in m.content):
                 content = [p.by_reference() if isinstance(p, ImagePart) else p for p in m.content]
-                messages[i] = PromptMessage(role=m.role, content=content)
+                messages[i] = PromptMessage.model_construct(role=m.role, content=content)
         return messages
 
     @property
@@ -60,10 +67,11 @@ class Prompt:
 
 def _labelled(entry: MemoryEntry) -> list[Part]:
     parts = list(entry.parts)
+    label = entry.speaker.capitalize()
     if parts and isinstance(parts[0], TextPart):
-        parts[0] = TextPart(text=f"{entry.speaker.capitalize()}: {parts[0].text}")
+        parts[0] = TextPart.model_construct(type="text", text=f"{label}: {parts[0].text}")
     else:
-        parts.insert(0, TextPart(text=f"{entry.speaker.capitalize()}:"))
+        parts.insert(0, TextPart.model_construct(type="text", text=f"{label}:"))
     return parts
 
 

@@ -52,7 +52,23 @@ if TYPE_CHECKING:
     from observability.metrics import RunMetrics
 
 _PROPAGATOR = TraceContextTextMapPropagator()
-_tracer: trace.Tracer = trace.NoOpTracer()
+
+
+class OffTracer(trace.NoOpTracer):
+    """The tracer when tracing is off: hands out the invalid span without touching the
+    OpenTelemetry context (the API's no-op tracer still attaches and detaches a context for
+    every ``start_as_current_span``, which costs on every turn)."""
+
+    _current = contextlib.nullcontext(trace.INVALID_SPAN)
+
+    def start_span(self, *args: Any, **kwargs: Any) -> trace.Span:
+        return trace.INVALID_SPAN
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        return self._current
+
+
+_tracer: trace.Tracer = OffTracer()
 _content = False
 _enabled = False
 _messages = False
@@ -270,7 +286,7 @@ class Tracing:
         self.enabled = enabled
         self.metrics: RunMetrics | None = None
         if not enabled:
-            self.tracer: trace.Tracer = trace.NoOpTracer()
+            self.tracer: trace.Tracer = OffTracer()
             return
         resource = Resource.create({"service.name": service, **(attributes or {})})
         self.provider = TracerProvider(resource=resource)
@@ -309,7 +325,7 @@ class Tracing:
         global _tracer, _content, _enabled, _messages, _metrics
         if _tracer is self.tracer:
             _tracer, _content, _enabled, _messages, _metrics = (
-                trace.NoOpTracer(),
+                OffTracer(),
                 False,
                 False,
                 False,
