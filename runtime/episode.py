@@ -341,6 +341,10 @@ class EpisodeRunner:
             return
         if self.done.done():  # cancelled while the game master worked
             return
+        # What the game recorded while preparing the turn (a question put, a target noted)
+        # goes into the transcript before the request it belongs to.
+        for event in gm.drain_events():
+            await self._emit(self._events_topic, self._transcript_event(event))
         if turn is None:
             self._finish(gm.outcome or "lost", gm.reason)
             return

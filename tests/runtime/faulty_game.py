@@ -33,6 +33,7 @@ class CounterMaster(GameMaster):
         return "counter"
 
     def observe(self, role: str) -> Observation:
+        self.note(f"asking for {self.next}")
         return Observation(
             text=f"say {self.next}", data={"next": self.next, "seed": self.instance["seed"]}
         )

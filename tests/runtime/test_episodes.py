@@ -159,3 +159,28 @@ async def test_an_oversized_reply_is_cut_and_recorded(tmp_path: Path) -> None:
             if m["kind"] == "transcript_event" and m["event"] == "note"
         ]
         assert any("cut to 100000 characters" in n for n in notes)
+
+
+async def test_events_made_while_preparing_a_turn_come_before_its_request(tmp_path: Path) -> None:
+    config = load_config(
+        {
+            "name": "t",
+            "games": [
+                {
+                    "game": "test.counter",
+                    "seeds": {"count": 1},
+                    "settings": {"target": 2},
+                    "pairings": [{"counter": "scripted"}],
+                }
+            ],
+        }
+    )
+    outcome = await run_experiment(config, tmp_path / "run")
+    episode = outcome.records[0]["episode"]
+    order = [
+        m["kind"] if m["kind"] != "transcript_event" else m["content"][0]["text"]
+        for m in outcome.folder.iter_transcript(episode)
+    ]
+    # The game master notes "asking for N" as it prepares each turn.
+    assert order[:3] == ["episode_started", "asking for 1", "turn_request"]
+    assert order.index("asking for 2") < order.index("turn_request", 3)
