@@ -203,7 +203,29 @@ class Backend:
         raise NotImplementedError
 
     async def send(self, client: Any, body: dict[str, Any], stream: bool) -> Reply:
-        raise NotImplementedError
+        """One request through the SDK's generic ``client.post``: the whole reply, or the
+        streamed chunks (OpenAI) or events (Anthropic) gathered by the backend's accumulator."""
+        if not stream:
+            response = await client.post(self.path, body=body, cast_to=httpx2.Response)
+            return self.parse(json.loads(response.content))
+        start = time.monotonic()
+        ttft: float | None = None
+        acc = self.accumulator()
+        items = await client.post(
+            self.path,
+            body=body,
+            cast_to=object,
+            stream=True,
+            stream_cls=self.sdk.AsyncStream[object],
+        )
+        try:
+            async for item in items:
+                if ttft is None:
+                    ttft = time.monotonic() - start
+                acc.add(item)
+        finally:
+            await items.close()
+        return acc.reply(ttft)
 
     @staticmethod
     def root(url: str) -> str:
@@ -258,29 +280,6 @@ class OpenAIBackend(Backend):
         system, turns, max_tokens, notes = _common(messages, spec, params)
         return openai_body(system, turns, spec.model, params, max_tokens, spec.stream), notes
 
-    async def send(self, client: Any, body: dict[str, Any], stream: bool) -> Reply:
-        if not stream:
-            response = await client.post("/chat/completions", body=body, cast_to=httpx2.Response)
-            return parse_openai(json.loads(response.content))
-        start = time.monotonic()
-        ttft: float | None = None
-        acc = OpenAIStream()
-        chunks = await client.post(
-            "/chat/completions",
-            body=body,
-            cast_to=object,
-            stream=True,
-            stream_cls=openai.AsyncStream[object],
-        )
-        try:
-            async for chunk in chunks:
-                if ttft is None:
-                    ttft = time.monotonic() - start
-                acc.add(chunk)
-        finally:
-            await chunks.close()
-        return acc.reply(ttft)
-
 
 class AnthropicBackend(Backend):
     provider = "anthropic"
@@ -308,29 +307,6 @@ class AnthropicBackend(Backend):
         if params.seed is not None:
             notes["seed"] = "not supported by the Anthropic API; not sent"
         return anthropic_body(system, turns, spec.model, params, max_tokens, spec.stream), notes
-
-    async def send(self, client: Any, body: dict[str, Any], stream: bool) -> Reply:
-        if not stream:
-            response = await client.post("/v1/messages", body=body, cast_to=httpx2.Response)
-            return parse_anthropic(json.loads(response.content))
-        start = time.monotonic()
-        ttft: float | None = None
-        acc = AnthropicStream()
-        events = await client.post(
-            "/v1/messages",
-            body=body,
-            cast_to=object,
-            stream=True,
-            stream_cls=anthropic.AsyncStream[object],
-        )
-        try:
-            async for event in events:
-                if ttft is None:
-                    ttft = time.monotonic() - start
-                acc.add(event)
-        finally:
-            await events.close()
-        return acc.reply(ttft)
 
 
 BACKENDS: dict[str, Backend] = {"openai": OpenAIBackend(), "anthropic": AnthropicBackend()}
