@@ -372,12 +372,7 @@ class GomokuKit(Kit):
         if kind == "count_color":
             return str(flat.count(SIDE_VALUE[params["color"]]))
         if kind == "count_color_in_line":
-            line = (
-                matrix[params["index"]]
-                if params["line"] == "row"
-                else [row[params["index"]] for row in matrix]
-            )
-            return str(line.count(SIDE_VALUE[params["color"]]))
+            return str(self.line(matrix, params).count(SIDE_VALUE[params["color"]]))
         if kind == "winning_line":
             five = any(
                 _longest(line, color) >= 5
@@ -442,14 +437,8 @@ class GomokuKit(Kit):
             params, hi = {"color": color}, N * N
             text = f"How many {color.lower()} stones are on the board?"
         elif kind == "count_color_in_line":
-            line = rng.choice(["row", "column"])
-            params = {"color": color, "line": line, "index": rng.randrange(N)}
-            where = (
-                f"row {params['index'] + 1}"
-                if line == "row"
-                else f"column {self.col_labels[params['index']]}"
-            )
-            text, hi = f"How many {color.lower()} stones are in {where}?", N
+            params = {"color": color, **self.random_line(rng)}
+            text, hi = f"How many {color.lower()} stones are in {self.line_words(params)}?", N
         elif kind == "adjacent":
             r, c = rng.randrange(N), rng.randrange(N)
             params, hi = {"row": r, "col": c}, 8

@@ -202,6 +202,26 @@ class Kit(ABC):
     def row_labels(self) -> list[str]:
         return [str(r + 1) for r in range(self.rows)]
 
+    # Questions about one row or column carry ``{"line": "row" | "column", "index": i}``.
+
+    def random_line(self, rng: random.Random) -> dict[str, Any]:
+        """A random row or column, as question params."""
+        line = rng.choice(["row", "column"])
+        return {"line": line, "index": rng.randrange(self.rows if line == "row" else self.cols)}
+
+    @staticmethod
+    def line(matrix: Matrix, params: dict[str, Any]) -> list[int]:
+        """The values of the row or column ``params`` names, top to bottom / left to right."""
+        if params["line"] == "row":
+            return list(matrix[params["index"]])
+        return [row[params["index"]] for row in matrix]
+
+    def line_words(self, params: dict[str, Any]) -> str:
+        """The row or column ``params`` names, as the prompts write it (``row 3``, ``column C``)."""
+        if params["line"] == "row":
+            return f"row {self.row_labels[params['index']]}"
+        return f"column {self.col_labels[params['index']]}"
+
 
 def numeric_options(correct: int, lo: int, hi: int, rng: random.Random, n: int = 4) -> list[int]:
     """``n`` distinct numbers in [lo, hi] containing ``correct``, the others near it."""

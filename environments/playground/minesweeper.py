@@ -334,12 +334,7 @@ class MinesweeperKit(Kit):
         if kind == "count_revealed":
             return str(sum(1 for v in flat if v != HIDDEN))
         if kind == "count_revealed_in_line":
-            line = (
-                matrix[params["index"]]
-                if params["line"] == "row"
-                else [row[params["index"]] for row in matrix]
-            )
-            return str(sum(1 for v in line if v != HIDDEN))
+            return str(sum(1 for v in self.line(matrix, params) if v != HIDDEN))
         if kind == "adjacent_mines":
             return str(matrix[params["row"]][params["col"]])
         if kind == "is_mine":
@@ -386,13 +381,8 @@ class MinesweeperKit(Kit):
             params, hi = {}, N * N
             text = "How many cells are revealed (mines included)?"
         else:
-            params = {"line": rng.choice(["row", "column"]), "index": rng.randrange(N)}
-            where = (
-                f"row {params['index'] + 1}"
-                if params["line"] == "row"
-                else f"column {self.col_labels[params['index']]}"
-            )
-            text, hi = f"How many revealed cells are in {where}?", N
+            params = self.random_line(rng)
+            text, hi = f"How many revealed cells are in {self.line_words(params)}?", N
         correct = int(self.answer(matrix, kind, params))
         return numeric_question(kind, params, text, correct, 0, hi, rng)
 

@@ -282,7 +282,7 @@ class ReversiKit(Kit):
         if kind == "count_empty":
             return str(flat.count(EMPTY))
         if kind == "count_color_in_line":
-            return str(self._line(matrix, params).count(SIDE_VALUE[params["color"]]))
+            return str(self.line(matrix, params).count(SIDE_VALUE[params["color"]]))
         if kind == "row_most":
             counts = [row.count(SIDE_VALUE[params["color"]]) for row in matrix]
             return self.row_labels[counts.index(max(counts))]
@@ -290,19 +290,8 @@ class ReversiKit(Kit):
             black, white = flat.count(BLACK), flat.count(WHITE)
             return "Black" if black > white else "White" if white > black else "equal"
         if kind == "total_in_line":
-            return str(sum(1 for v in self._line(matrix, params) if v != EMPTY))
+            return str(sum(1 for v in self.line(matrix, params) if v != EMPTY))
         raise ValueError(f"unknown question kind {kind!r}")
-
-    @staticmethod
-    def _line(matrix: Matrix, params: dict[str, Any]) -> list[int]:
-        if params["line"] == "row":
-            return list(matrix[params["index"]])
-        return [row[params["index"]] for row in matrix]
-
-    def _line_words(self, params: dict[str, Any]) -> str:
-        if params["line"] == "row":
-            return f"row {params['index'] + 1}"
-        return f"column {self.col_labels[params['index']]}"
 
     def question(self, matrix: Matrix, rng: random.Random) -> Question:
         kinds = [
@@ -346,12 +335,12 @@ class ReversiKit(Kit):
             params = {}
             text, hi = "How many empty squares are on the board?", N * N
         else:
-            params = {"line": rng.choice(["row", "column"]), "index": rng.randrange(N)}
+            params = self.random_line(rng)
             if kind == "count_color_in_line":
                 params["color"] = color
-                text = f"How many {color.lower()} discs are in {self._line_words(params)}?"
+                text = f"How many {color.lower()} discs are in {self.line_words(params)}?"
             else:
-                text = f"How many discs, of either colour, are in {self._line_words(params)}?"
+                text = f"How many discs, of either colour, are in {self.line_words(params)}?"
             hi = N
         correct = int(self.answer(matrix, kind, params))
         return numeric_question(kind, params, text, correct, 0, hi, rng)

@@ -12,7 +12,6 @@ import re
 from typing import Any, ClassVar
 
 from environments.playground.common import (
-    LETTERS,
     Grid,
     Matrix,
     board_picture,
@@ -304,17 +303,6 @@ class SudokuKit(Kit):
 
     # --- questions (the paper's Sudoku question types) ----------------------------------
 
-    @staticmethod
-    def _line(matrix: Matrix, params: dict[str, Any]) -> list[int]:
-        if params["line"] == "row":
-            return list(matrix[params["index"]])
-        return [row[params["index"]] for row in matrix]
-
-    def _line_words(self, params: dict[str, Any]) -> str:
-        if params["line"] == "row":
-            return f"row {params['index'] + 1}"
-        return f"column {LETTERS[params['index']]}"
-
     def answer(self, matrix: Matrix, kind: str, params: dict[str, Any]) -> str:
         flat = [v for row in matrix for v in row]
         if kind == "number_at":
@@ -325,15 +313,15 @@ class SudokuKit(Kit):
         if kind == "count_empty":
             return str(flat.count(0))
         if kind == "count_number_in_line":
-            return str(self._line(matrix, params).count(params["number"]))
+            return str(self.line(matrix, params).count(params["number"]))
         if kind == "count_number_in_box":
             return str(box_cells(matrix, params["box"]).count(params["number"]))
         if kind == "sum_line":
-            return str(sum(self._line(matrix, params)))
+            return str(sum(self.line(matrix, params)))
         if kind == "sum_box":
             return str(sum(box_cells(matrix, params["box"])))
         if kind == "contains":
-            return "Yes" if params["number"] in self._line(matrix, params) else "No"
+            return "Yes" if params["number"] in self.line(matrix, params) else "No"
         if kind == "empty_in_box":
             return str(box_cells(matrix, params["box"]).count(0))
         raise ValueError(f"unknown question kind {kind!r}")
@@ -353,7 +341,7 @@ class SudokuKit(Kit):
             ]
         )
         number = rng.randint(1, 9)
-        line = {"line": rng.choice(["row", "column"]), "index": rng.randrange(9)}
+        line = self.random_line(rng)
         box = rng.randrange(9)
         params: dict[str, Any]
         if kind == "number_at":
@@ -366,7 +354,7 @@ class SudokuKit(Kit):
             return make_question(kind, params, text, correct, [correct, *others], rng)
         if kind == "contains":
             params = {"number": number, **line}
-            text = f"Does {self._line_words(params)} contain the digit {number}?"
+            text = f"Does {self.line_words(params)} contain the digit {number}?"
             correct = self.answer(matrix, kind, params)
             return make_question(kind, params, text, correct, ["Yes", "No"], rng, keep_order=True)
         where_box = f"the 3x3 box whose top-left cell is {box_name(box)}"
@@ -378,13 +366,13 @@ class SudokuKit(Kit):
             text = "How many empty cells are on the board?"
         elif kind == "count_number_in_line":
             params, hi = {"number": number, **line}, 9
-            text = f"How many times does the digit {number} appear in {self._line_words(params)}?"
+            text = f"How many times does the digit {number} appear in {self.line_words(params)}?"
         elif kind == "count_number_in_box":
             params, hi = {"number": number, "box": box}, 9
             text = f"How many times does the digit {number} appear in {where_box}?"
         elif kind == "sum_line":
             params, hi = dict(line), 81
-            text = f"What is the sum of the digits in {self._line_words(params)}?"
+            text = f"What is the sum of the digits in {self.line_words(params)}?"
         elif kind == "sum_box":
             params, hi = {"box": box}, 81
             text = f"What is the sum of the digits in {where_box}?"

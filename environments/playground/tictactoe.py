@@ -194,21 +194,15 @@ class TicTacToeKit(Kit):
         if kind == "count_empty":
             return str(flat.count(EMPTY))
         if kind == "count_in_line":
-            return str(self._line(matrix, params).count(SIDES[params["symbol"]]))
+            return str(self.line(matrix, params).count(SIDES[params["symbol"]]))
         if kind == "winner":
             won = winners(matrix)
             return {0: "neither", 2: "both"}.get(len(won)) or NAMES[won.pop()]
         if kind == "count_color":
             mark = CROSS if params["color"] == "red" else NOUGHT
-            cells = flat if params.get("line") is None else self._line(matrix, params)
+            cells = flat if params.get("line") is None else self.line(matrix, params)
             return str(cells.count(mark))
         raise ValueError(f"unknown question kind {kind!r}")
-
-    @staticmethod
-    def _line(matrix: Matrix, params: dict[str, Any]) -> list[int]:
-        if params["line"] == "row":
-            return list(matrix[params["index"]])
-        return [row[params["index"]] for row in matrix]
 
     def question(self, matrix: Matrix, rng: random.Random) -> Question:
         kind = rng.choice(
@@ -233,14 +227,14 @@ class TicTacToeKit(Kit):
             text = "How many empty cells are on the board?"
             hi = 9
         elif kind == "count_in_line":
-            params = {"symbol": rng.choice("XO"), **self._random_line(rng)}
-            text = f"How many {params['symbol']} marks are in {self._line_words(params)}?"
+            params = {"symbol": rng.choice("XO"), **self.random_line(rng)}
+            text = f"How many {params['symbol']} marks are in {self.line_words(params)}?"
             hi = 3
         else:
             params = {"color": rng.choice(["red", "blue"])}
             if rng.random() < 0.5:
-                params.update(self._random_line(rng))
-                text = f"How many {params['color']} marks are in {self._line_words(params)}?"
+                params.update(self.random_line(rng))
+                text = f"How many {params['color']} marks are in {self.line_words(params)}?"
                 hi = 3
             else:
                 params["line"] = None
@@ -248,14 +242,6 @@ class TicTacToeKit(Kit):
                 hi = 9
         correct = int(self.answer(matrix, kind, params))
         return numeric_question(kind, params, text, correct, 0, hi, rng)
-
-    def _random_line(self, rng: random.Random) -> dict[str, Any]:
-        return {"line": rng.choice(["row", "column"]), "index": rng.randrange(3)}
-
-    def _line_words(self, params: dict[str, Any]) -> str:
-        if params["line"] == "row":
-            return f"row {params['index'] + 1}"
-        return f"column {self.col_labels[params['index']]}"
 
     # --- positions ----------------------------------------------------------------------
 
