@@ -183,6 +183,10 @@ class Backend:
     provider = ""
     path = ""
     sdk: Any = None
+    client_cls: Any = None
+    # Sent when no API key is configured: local servers (vLLM…) take any key; the SDK insists
+    # on one.
+    placeholder_key = ""
 
     @staticmethod
     def parse(data: Any) -> Reply:
@@ -195,7 +199,14 @@ class Backend:
     def make_client(
         self, url: str, api_key: str | None, spec: ModelSpec, http: httpx2.AsyncClient
     ) -> Any:
-        raise NotImplementedError
+        return self.client_cls(
+            base_url=url,
+            api_key=api_key or self.placeholder_key,
+            max_retries=0,
+            timeout=spec.timeout_s,
+            default_headers=spec.headers or None,
+            http_client=http,
+        )
 
     def body(
         self, messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
@@ -258,21 +269,10 @@ class OpenAIBackend(Backend):
     provider = "openai"
     path = "/chat/completions"
     sdk = openai
+    client_cls = openai.AsyncOpenAI
+    placeholder_key = "EMPTY"
     parse = staticmethod(parse_openai)
     accumulator = staticmethod(OpenAIStream)
-
-    def make_client(
-        self, url: str, api_key: str | None, spec: ModelSpec, http: httpx2.AsyncClient
-    ) -> Any:
-        return openai.AsyncOpenAI(
-            base_url=url,
-            # Local servers (vLLM…) take any key; the SDK insists on one.
-            api_key=api_key or "EMPTY",
-            max_retries=0,
-            timeout=spec.timeout_s,
-            default_headers=spec.headers or None,
-            http_client=http,
-        )
 
     def body(
         self, messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
@@ -285,20 +285,10 @@ class AnthropicBackend(Backend):
     provider = "anthropic"
     path = "/v1/messages"
     sdk = anthropic
+    client_cls = anthropic.AsyncAnthropic
+    placeholder_key = "none"
     parse = staticmethod(parse_anthropic)
     accumulator = staticmethod(AnthropicStream)
-
-    def make_client(
-        self, url: str, api_key: str | None, spec: ModelSpec, http: httpx2.AsyncClient
-    ) -> Any:
-        return anthropic.AsyncAnthropic(
-            base_url=url,
-            api_key=api_key or "none",
-            max_retries=0,
-            timeout=spec.timeout_s,
-            default_headers=spec.headers or None,
-            http_client=http,
-        )
 
     def body(
         self, messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
