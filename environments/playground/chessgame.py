@@ -24,6 +24,7 @@ from environments.playground.kit import (
     Question,
     make_question,
     numeric_question,
+    pick_question,
 )
 
 FILES = "abcdefgh"
@@ -409,8 +410,7 @@ class ChessKit(Kit):
                 return make_question(kind, params, text, correct, options, rng, keep_order=True)
             text = f"Which piece stands on {square_name(r, c)}?"
             pool = [*PIECE_NAMES.values(), "empty"]
-            others = rng.sample([p for p in pool if p != correct], 3)
-            return make_question(kind, params, text, correct, [correct, *others], rng)
+            return pick_question(kind, params, text, correct, pool, rng)
         if kind == "compare_colors":
             params = {}
             text = "Which colour has more pieces on the board?"

@@ -72,6 +72,13 @@ def parse_cell(text: str, rows: int, cols: int) -> Cell | None:
     return None
 
 
+def canonical_cell(text: str, rows: int, cols: int) -> str | None:
+    """A cell as a player wrote it (``b3``, ``3B``) → its name (``B3``); None when it is not
+    exactly one cell on the board."""
+    cell = parse_cell(text, rows, cols)
+    return cell_name(*cell) if cell else None
+
+
 def all_cells(rows: int, cols: int) -> list[Cell]:
     return [(r, c) for r in range(rows) for c in range(cols)]
 

@@ -15,6 +15,7 @@ from environments.playground.common import (
     Grid,
     Matrix,
     board_picture,
+    canonical_cell,
     cell_name,
     parse_cell,
     text_board,
@@ -250,8 +251,7 @@ class GomokuPosition(Position):
         return self.side
 
     def parse(self, text: str) -> str | None:
-        cell = parse_cell(text, N, N)
-        return cell_name(*cell) if cell else None
+        return canonical_cell(text, N, N)
 
     def illegal(self, move: str) -> str | None:
         if self.result() is not None:

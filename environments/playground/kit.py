@@ -254,6 +254,21 @@ def make_question(
     return Question(kind, params, text, ordered, ordered.index(correct))
 
 
+def pick_question(
+    kind: str,
+    params: dict[str, Any],
+    text: str,
+    correct: str,
+    pool: list[str],
+    rng: random.Random,
+    n: int = 4,
+) -> Question:
+    """A question whose options are ``correct`` and ``n - 1`` others drawn from ``pool``,
+    shuffled."""
+    others = rng.sample([p for p in pool if p != correct], n - 1)
+    return make_question(kind, params, text, correct, [correct, *others], rng)
+
+
 def numeric_question(
     kind: str,
     params: dict[str, Any],

@@ -16,6 +16,7 @@ from environments.playground.common import (
     Grid,
     Matrix,
     board_picture,
+    canonical_cell,
     cell_name,
     centered_text,
     parse_cell,
@@ -29,6 +30,7 @@ from environments.playground.kit import (
     Question,
     make_question,
     numeric_question,
+    pick_question,
 )
 
 N = 8
@@ -104,8 +106,7 @@ class MinesweeperPosition(Position):
         return "you"
 
     def parse(self, text: str) -> str | None:
-        cell = parse_cell(text, N, N)
-        return cell_name(*cell) if cell else None
+        return canonical_cell(text, N, N)
 
     def illegal(self, move: str) -> str | None:
         if self.result() is not None:
@@ -362,8 +363,7 @@ class MinesweeperKit(Kit):
             text = f"What does cell {cell_name(r, c)} show?"
             correct = self.answer(matrix, kind, params)
             pool = ["hidden", "mine", *(str(d) for d in range(9))]
-            others = rng.sample([p for p in pool if p != correct], 3)
-            return make_question(kind, params, text, correct, [correct, *others], rng)
+            return pick_question(kind, params, text, correct, pool, rng)
         if kind == "is_mine":
             r, c = rng.randrange(N), rng.randrange(N)
             params = {"row": r, "col": c}

@@ -10,6 +10,7 @@ from environments.playground.common import (
     Grid,
     Matrix,
     board_picture,
+    canonical_cell,
     cell_name,
     parse_cell,
     text_board,
@@ -109,8 +110,7 @@ class ReversiPosition(Position):
         return self.side
 
     def parse(self, text: str) -> str | None:
-        cell = parse_cell(text, N, N)
-        return cell_name(*cell) if cell else None
+        return canonical_cell(text, N, N)
 
     def illegal(self, move: str) -> str | None:
         # No separate game-over check: when the game is over no square turns a disc over.

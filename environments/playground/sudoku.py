@@ -28,6 +28,7 @@ from environments.playground.kit import (
     Question,
     make_question,
     numeric_question,
+    pick_question,
 )
 
 N = 9
@@ -350,8 +351,7 @@ class SudokuKit(Kit):
             text = f"What is in cell {cell_name(r, c)}?"
             correct = self.answer(matrix, kind, params)
             pool = [str(d) for d in range(1, 10)] + ["empty"]
-            others = rng.sample([p for p in pool if p != correct], 3)
-            return make_question(kind, params, text, correct, [correct, *others], rng)
+            return pick_question(kind, params, text, correct, pool, rng)
         if kind == "contains":
             params = {"number": number, **line}
             text = f"Does {self.line_words(params)} contain the digit {number}?"

@@ -12,6 +12,7 @@ from environments.playground.common import (
     Matrix,
     all_cells,
     board_picture,
+    canonical_cell,
     cell_name,
     parse_cell,
     text_board,
@@ -58,8 +59,7 @@ class TicTacToePosition(Position):
         return self.side
 
     def parse(self, text: str) -> str | None:
-        cell = parse_cell(text, 3, 3)
-        return cell_name(*cell) if cell else None
+        return canonical_cell(text, 3, 3)
 
     def illegal(self, move: str) -> str | None:
         if self.result() is not None:
