@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import chess
 
 from environments.playground import stockfish
-from environments.playground.common import Grid, Matrix, board_picture, centered_text, text_board
+from environments.playground.common import Grid, Matrix, centered_text
 from environments.playground.kit import (
     Kit,
     Played,
@@ -307,11 +307,9 @@ class ChessKit(Kit):
             letter = PIECE_LETTERS[abs(v)]
             centered_text(draw, box, letter, px // 2, (10, 10, 10) if white else (245, 245, 245))
 
-        return board_picture(
+        return self.picture(
             Grid(8, 8, px),
             draw_cell,
-            col_labels=self.col_labels,
-            row_labels=self.row_labels,
             square=square,
         )
 
@@ -322,11 +320,11 @@ class ChessKit(Kit):
             letter = PIECE_LETTERS[abs(v)]
             return letter if v > 0 else letter.lower()
 
-        grid = text_board(matrix, symbol, self.col_labels, self.row_labels)
-        return (
-            f"{grid}\n(upper case = White, lower case = Black: K king, Q queen, R rook, "
-            "B bishop, N knight, P pawn; . = empty)"
+        legend = (
+            "upper case = White, lower case = Black: K king, Q queen, R rook, B bishop, "
+            "N knight, P pawn; . = empty"
         )
+        return self.board_text(matrix, symbol, legend)
 
     def random_board(self, rng: random.Random) -> tuple[Matrix, dict[str, Any]]:
         matrix = [[0] * 8 for _ in range(8)]

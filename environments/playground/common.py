@@ -220,9 +220,13 @@ class Grid:
         return x - h, y - h, x + h, y + h
 
 
+# Draws what stands on one cell: (draw, row, col, the cell's box in pixels).
+DrawCell = Callable[[ImageDraw.ImageDraw, int, int, tuple[int, int, int, int]], None]
+
+
 def board_picture(
     grid: Grid,
-    draw_cell: Callable[[ImageDraw.ImageDraw, int, int, tuple[int, int, int, int]], None],
+    draw_cell: DrawCell,
     *,
     col_labels: Sequence[str],
     row_labels: Sequence[str],

@@ -14,11 +14,9 @@ from typing import Any, ClassVar
 from environments.playground.common import (
     Grid,
     Matrix,
-    board_picture,
     canonical_cell,
     cell_name,
     parse_cell,
-    text_board,
 )
 from environments.playground.kit import (
     Kit,
@@ -347,14 +345,12 @@ class GomokuKit(Kit):
                     width=2,
                 )
 
-        return board_picture(
-            self.grid(), draw_cell, col_labels=self.col_labels, row_labels=self.row_labels
-        )
+        return self.picture(self.grid(), draw_cell)
 
     def text(self, matrix: Matrix, extra: dict[str, Any]) -> str:
         symbols = {BLACK: "B", WHITE: "W"}
-        grid = text_board(matrix, lambda v: symbols.get(v, "."), self.col_labels, self.row_labels)
-        return f"{grid}\n(B = black stone, W = white stone, . = empty point)"
+        legend = "B = black stone, W = white stone, . = empty point"
+        return self.board_text(matrix, lambda v: symbols.get(v, "."), legend)
 
     def random_board(self, rng: random.Random) -> tuple[Matrix, dict[str, Any]]:
         fill = rng.uniform(0.05, 0.7)

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from environments.playground.common import LETTERS, Matrix
+from environments.playground.common import (
+    LETTERS,
+    DrawCell,
+    Grid,
+    Matrix,
+    board_picture,
+    text_board,
+)
 
 
 @dataclass
@@ -193,6 +201,18 @@ class Kit(ABC):
         return {}
 
     # shared helpers ---------------------------------------------------------------------
+
+    def picture(self, grid: Grid, draw_cell: DrawCell, **options: Any) -> bytes:
+        """:func:`board_picture` labelled with this kit's :attr:`col_labels`/:attr:`row_labels`
+        (the labels the prompts and the text board use); ``options`` as there."""
+        return board_picture(
+            grid, draw_cell, col_labels=self.col_labels, row_labels=self.row_labels, **options
+        )
+
+    def board_text(self, matrix: Matrix, symbol: Callable[[int], str], legend: str) -> str:
+        """The board as a text grid with this kit's labels, then ``(legend)`` on its own line."""
+        grid = text_board(matrix, symbol, self.col_labels, self.row_labels)
+        return f"{grid}\n({legend})"
 
     @property
     def col_labels(self) -> list[str]:

@@ -15,13 +15,11 @@ from typing import Any, ClassVar
 from environments.playground.common import (
     Grid,
     Matrix,
-    board_picture,
     canonical_cell,
     cell_name,
     centered_text,
     parse_cell,
     seeded,
-    text_board,
 )
 from environments.playground.kit import (
     Kit,
@@ -298,11 +296,9 @@ class MinesweeperKit(Kit):
             elif v > 0:
                 centered_text(draw, box, str(v), px * 3 // 5, NUMBER_COLORS[v])
 
-        return board_picture(
+        return self.picture(
             Grid(N, N, px),
             draw_cell,
-            col_labels=self.col_labels,
-            row_labels=self.row_labels,
             square=square,
         )
 
@@ -310,8 +306,8 @@ class MinesweeperKit(Kit):
         def symbol(v: int) -> str:
             return "#" if v == HIDDEN else "*" if v == MINE else str(v)
 
-        grid = text_board(matrix, symbol, self.col_labels, self.row_labels)
-        return f"{grid}\n(# = hidden, 0-8 = revealed with that many neighbouring mines, * = mine)"
+        legend = "# = hidden, 0-8 = revealed with that many neighbouring mines, * = mine"
+        return self.board_text(matrix, symbol, legend)
 
     def random_board(self, rng: random.Random) -> tuple[Matrix, dict[str, Any]]:
         mines = set(rng.sample(range(N * N), MINES))

@@ -9,11 +9,9 @@ from typing import Any, ClassVar
 from environments.playground.common import (
     Grid,
     Matrix,
-    board_picture,
     canonical_cell,
     cell_name,
     parse_cell,
-    text_board,
 )
 from environments.playground.kit import (
     Kit,
@@ -251,18 +249,16 @@ class ReversiKit(Kit):
                     width=2,
                 )
 
-        return board_picture(
+        return self.picture(
             grid,
             draw_cell,
-            col_labels=self.col_labels,
-            row_labels=self.row_labels,
             background=(30, 120, 60),
         )
 
     def text(self, matrix: Matrix, extra: dict[str, Any]) -> str:
         symbols = {BLACK: "B", WHITE: "W"}
-        grid = text_board(matrix, lambda v: symbols.get(v, "."), self.col_labels, self.row_labels)
-        return f"{grid}\n(B = black disc, W = white disc, . = empty)"
+        legend = "B = black disc, W = white disc, . = empty"
+        return self.board_text(matrix, lambda v: symbols.get(v, "."), legend)
 
     def random_board(self, rng: random.Random) -> tuple[Matrix, dict[str, Any]]:
         fill = rng.uniform(0.15, 0.95)

@@ -14,12 +14,10 @@ from typing import Any, ClassVar
 from environments.playground.common import (
     Grid,
     Matrix,
-    board_picture,
     cell_name,
     centered_text,
     parse_cell,
     seeded,
-    text_board,
 )
 from environments.playground.kit import (
     Kit,
@@ -283,18 +281,16 @@ class SudokuKit(Kit):
                 color = (20, 20, 20) if given is None or given[r][c] else (31, 90, 200)
                 centered_text(draw, box, str(v), self.cell_px * 3 // 5, color)
 
-        return board_picture(
+        return self.picture(
             Grid(N, N, self.cell_px),
             draw_cell,
-            col_labels=self.col_labels,
-            row_labels=self.row_labels,
             background=(252, 252, 250),
             thick_every=3,
         )
 
     def text(self, matrix: Matrix, extra: dict[str, Any]) -> str:
-        grid = text_board(matrix, lambda v: str(v) if v else ".", self.col_labels, self.row_labels)
-        return f"{grid}\n(. = empty cell; boxes are columns A-C, D-F, G-I by rows 1-3, 4-6, 7-9)"
+        legend = ". = empty cell; boxes are columns A-C, D-F, G-I by rows 1-3, 4-6, 7-9"
+        return self.board_text(matrix, lambda v: str(v) if v else ".", legend)
 
     def random_board(self, rng: random.Random) -> tuple[Matrix, dict[str, Any]]:
         grid = full_grid(rng)

@@ -11,11 +11,9 @@ from environments.playground.common import (
     Grid,
     Matrix,
     all_cells,
-    board_picture,
     canonical_cell,
     cell_name,
     parse_cell,
-    text_board,
 )
 from environments.playground.kit import (
     Kit,
@@ -163,22 +161,15 @@ class TicTacToeKit(Kit):
             elif matrix[r][c] == NOUGHT:
                 draw.ellipse((x0, y0, x1, y1), outline=BLUE, width=9)
 
-        return board_picture(
+        return self.picture(
             grid,
             draw_cell,
-            col_labels=self.col_labels,
-            row_labels=self.row_labels,
             background=(245, 245, 240),
         )
 
     def text(self, matrix: Matrix, extra: dict[str, Any]) -> str:
-        grid = text_board(
-            matrix,
-            lambda v: {CROSS: "X", NOUGHT: "O"}.get(v, "."),
-            self.col_labels,
-            self.row_labels,
-        )
-        return f"{grid}\n(X = X, O = O, . = empty)"
+        symbols = {CROSS: "X", NOUGHT: "O"}
+        return self.board_text(matrix, lambda v: symbols.get(v, "."), "X = X, O = O, . = empty")
 
     def random_board(self, rng: random.Random) -> tuple[Matrix, dict[str, Any]]:
         return [[rng.choice(self.values) for _ in range(3)] for _ in range(3)], {}
