@@ -79,6 +79,22 @@ def canonical_cell(text: str, rows: int, cols: int) -> str | None:
     return cell_name(*cell) if cell else None
 
 
+def scattered_board(
+    rng: random.Random,
+    size: int,
+    density: tuple[float, float],
+    pieces: Sequence[int],
+    empty: int,
+) -> Matrix:
+    """A random ``size``×``size`` board: a fill rate drawn from ``density``, then each cell
+    (row by row) holds a random one of ``pieces`` at that rate, else ``empty``."""
+    fill = rng.uniform(*density)
+    return [
+        [rng.choice(pieces) if rng.random() < fill else empty for _ in range(size)]
+        for _ in range(size)
+    ]
+
+
 def all_cells(rows: int, cols: int) -> list[Cell]:
     return [(r, c) for r in range(rows) for c in range(cols)]
 

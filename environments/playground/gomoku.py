@@ -17,6 +17,7 @@ from environments.playground.common import (
     canonical_cell,
     cell_name,
     parse_cell,
+    scattered_board,
 )
 from environments.playground.kit import (
     Kit,
@@ -353,11 +354,7 @@ class GomokuKit(Kit):
         return self.board_text(matrix, lambda v: symbols.get(v, "."), legend)
 
     def random_board(self, rng: random.Random) -> tuple[Matrix, dict[str, Any]]:
-        fill = rng.uniform(0.05, 0.7)
-        return [
-            [rng.choice((BLACK, WHITE)) if rng.random() < fill else EMPTY for _ in range(N)]
-            for _ in range(N)
-        ], {}
+        return scattered_board(rng, N, (0.05, 0.7), (BLACK, WHITE), EMPTY), {}
 
     # --- questions (the paper's Gomoku question types) ----------------------------------
 

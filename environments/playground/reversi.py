@@ -12,6 +12,7 @@ from environments.playground.common import (
     canonical_cell,
     cell_name,
     parse_cell,
+    scattered_board,
 )
 from environments.playground.kit import (
     Kit,
@@ -261,11 +262,7 @@ class ReversiKit(Kit):
         return self.board_text(matrix, lambda v: symbols.get(v, "."), legend)
 
     def random_board(self, rng: random.Random) -> tuple[Matrix, dict[str, Any]]:
-        fill = rng.uniform(0.15, 0.95)
-        return [
-            [rng.choice((BLACK, WHITE)) if rng.random() < fill else EMPTY for _ in range(N)]
-            for _ in range(N)
-        ], {}
+        return scattered_board(rng, N, (0.15, 0.95), (BLACK, WHITE), EMPTY), {}
 
     # --- questions (the paper's Reversi question types) ---------------------------------
 
