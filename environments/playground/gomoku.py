@@ -14,12 +14,12 @@ from typing import Any, ClassVar
 from environments.playground.common import (
     Grid,
     Matrix,
-    canonical_cell,
     cell_name,
     parse_cell,
     scattered_board,
 )
 from environments.playground.kit import (
+    FlatBoardPosition,
     Kit,
     Played,
     Position,
@@ -228,10 +228,12 @@ class Searcher:
         return rng.choice([s for v, s in scored if v == top])
 
 
-class GomokuPosition(Position):
-    def __init__(self, board: list[int], to_move: str = "Black") -> None:
-        self.board = list(board)
-        self.side = to_move
+class GomokuPosition(FlatBoardPosition):
+    size: ClassVar[int] = N
+    first_side: ClassVar[str] = "Black"
+
+    def __init__(self, board: list[int], to_move: str | None = None) -> None:
+        super().__init__(board, to_move)
         self._winner: str | None = self._scan()
 
     def _scan(self) -> str | None:
@@ -242,15 +244,6 @@ class GomokuPosition(Position):
             if "22222" in text:
                 return "White"
         return None
-
-    def matrix(self) -> Matrix:
-        return [self.board[r * N : (r + 1) * N] for r in range(N)]
-
-    def to_move(self) -> str:
-        return self.side
-
-    def parse(self, text: str) -> str | None:
-        return canonical_cell(text, N, N)
 
     def illegal(self, move: str) -> str | None:
         if self.result() is not None:
@@ -282,9 +275,6 @@ class GomokuPosition(Position):
         if EMPTY not in self.board:
             return "draw"
         return None
-
-    def state(self) -> dict[str, Any]:
-        return {"board": self.matrix(), "to_move": self.side}
 
 
 def _longest(values: list[int], target: int) -> int:

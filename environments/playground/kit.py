@@ -19,6 +19,7 @@ from environments.playground.common import (
     Grid,
     Matrix,
     board_picture,
+    canonical_cell,
     text_board,
 )
 
@@ -107,6 +108,32 @@ class Position(ABC):
     def status_lines(self) -> list[str]:
         """Facts the prompt states that the picture cannot show (castling rights…)."""
         return []
+
+
+class FlatBoardPosition(Position):
+    """A two-player position on a ``size``×``size`` board of named cells, kept as one flat
+    list row by row (``board``), with the side to move (``side``, ``first_side`` unless
+    given); its state is the matrix and the side to move."""
+
+    size: ClassVar[int]
+    first_side: ClassVar[str]
+
+    def __init__(self, board: list[int], to_move: str | None = None) -> None:
+        self.board = list(board)
+        self.side = self.first_side if to_move is None else to_move
+
+    def matrix(self) -> Matrix:
+        n = self.size
+        return [self.board[r * n : (r + 1) * n] for r in range(n)]
+
+    def to_move(self) -> str:
+        return self.side
+
+    def parse(self, text: str) -> str | None:
+        return canonical_cell(text, self.size, self.size)
+
+    def state(self) -> dict[str, Any]:
+        return {"board": self.matrix(), "to_move": self.side}
 
 
 class Kit(ABC):

@@ -9,12 +9,12 @@ from typing import Any, ClassVar
 from environments.playground.common import (
     Grid,
     Matrix,
-    canonical_cell,
     cell_name,
     parse_cell,
     scattered_board,
 )
 from environments.playground.kit import (
+    FlatBoardPosition,
     Kit,
     Played,
     Position,
@@ -97,19 +97,9 @@ def start_board() -> list[int]:
     return board
 
 
-class ReversiPosition(Position):
-    def __init__(self, board: list[int], to_move: str = "Black") -> None:
-        self.board = list(board)
-        self.side = to_move
-
-    def matrix(self) -> Matrix:
-        return [self.board[r * N : (r + 1) * N] for r in range(N)]
-
-    def to_move(self) -> str:
-        return self.side
-
-    def parse(self, text: str) -> str | None:
-        return canonical_cell(text, N, N)
+class ReversiPosition(FlatBoardPosition):
+    size: ClassVar[int] = N
+    first_side: ClassVar[str] = "Black"
 
     def illegal(self, move: str) -> str | None:
         # No separate game-over check: when the game is over no square turns a disc over.
@@ -144,9 +134,6 @@ class ReversiPosition(Position):
             return None
         black, white = self.board.count(BLACK), self.board.count(WHITE)
         return "Black" if black > white else "White" if white > black else "draw"
-
-    def state(self) -> dict[str, Any]:
-        return {"board": self.matrix(), "to_move": self.side}
 
 
 # The squares next to each corner: bad to hold while the corner is free, harmless after.
