@@ -201,9 +201,6 @@ class Router:
             found = found + [s for s in self.wildcard if topics.matches(s.filter, topic)]
         return found
 
-    def filters(self) -> set[str]:
-        return set(self.exact) | {s.filter for s in self.wildcard}
-
     def count(self, topic_filter: str) -> int:
         """Subscriptions to ``topic_filter`` that also listen beyond this process."""
         if topics.is_wildcard(topic_filter):

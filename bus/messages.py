@@ -99,11 +99,6 @@ class ImagePart(BaseModel):
 Part = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
-def text_of(parts: list[TextPart | ImagePart]) -> str:
-    """The text parts joined by blank lines."""
-    return "\n\n".join(p.text for p in parts if isinstance(p, TextPart))
-
-
 class Usage(BaseModel):
     """Token usage of one model call; ``source`` says whether a backend reported it or it was counted."""
 

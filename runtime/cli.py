@@ -105,6 +105,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_instances(args: argparse.Namespace) -> int:
+    import yaml
+
+    from environments import registry
+    from runtime.experiment import write_instances
+
+    try:
+        info = registry.get(args.game)
+    except KeyError as exc:
+        console.print(f"[red]{exc.args[0]}[/]")
+        return 2
+    settings = dict(info.default_settings)
+    for item in args.set:
+        key, _, value = item.partition("=")
+        if key not in settings:
+            known = ", ".join(settings) or "none"
+            console.print(f"[red]{key!r} is not a setting of {args.game}; settings: {known}[/]")
+            return 2
+        settings[key] = yaml.safe_load(value)
+    seeds = range(args.start, args.start + args.count)
+    write_instances(args.out, [info.instance(seed, settings) for seed in seeds])
+    console.print(f"wrote {args.count} {args.game} instances to {args.out}")
+    return 0
+
+
 def _cmd_games(args: argparse.Namespace) -> int:
     from environments import registry
 
@@ -238,6 +263,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     games = sub.add_parser("games", help="list the games and their roles")
     games.set_defaults(fn=_cmd_games)
+
+    instances = sub.add_parser(
+        "instances", help="write a game's instances for seeds to JSONL (for instances_file:)"
+    )
+    instances.add_argument("game", help="game name (see parley games)")
+    instances.add_argument("--start", type=int, default=0, help="first seed (default 0)")
+    instances.add_argument("--count", type=int, default=10, help="how many seeds (default 10)")
+    instances.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="a game setting for the generator, e.g. --set variant=text",
+    )
+    instances.add_argument("--out", required=True, help="JSONL file to write")
+    instances.set_defaults(fn=_cmd_instances)
 
     report = sub.add_parser("report", help="print and write the report of a run folder")
     report.add_argument("run", help="run folder")

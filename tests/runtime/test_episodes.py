@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import tests.runtime.faulty_game  # noqa: F401  (registers test.counter)
-from runtime.config import load_config
+from runtime.config import ExperimentConfig, load_config
 from runtime.results import RunFolder
 from runtime.scheduler import run_experiment
 
@@ -19,6 +19,12 @@ def wire_config(count: int, *pairings: dict[str, Any], **extra: Any) -> dict[str
     block = {"game": "comma.wire", "seeds": {"count": count}, "pairings": list(pairings)}
     block.update(extra.pop("block", {}))
     return {"name": "t", "concurrency": 16, "games": [block], **extra}
+
+
+def counter_config(count: int, player: Any, **block: Any) -> ExperimentConfig:
+    """``count`` episodes of the test game ``test.counter`` played by ``player``."""
+    game = {"game": "test.counter", "seeds": {"count": count}, "pairings": [{"counter": player}]}
+    return load_config({"name": "t", "games": [{**game, **block}]})
 
 
 SCRIPTED = {"solver": "scripted", "expert": "scripted"}
@@ -98,18 +104,7 @@ async def test_memory_policy_none_keeps_only_the_last_message(tmp_path: Path) ->
 
 
 async def test_a_failing_player_ends_only_its_episode(tmp_path: Path) -> None:
-    config = load_config(
-        {
-            "name": "t",
-            "games": [
-                {
-                    "game": "test.counter",
-                    "seeds": {"count": 6},
-                    "pairings": [{"counter": {"kind": "scripted", "name": "raises_on_3"}}],
-                }
-            ],
-        }
-    )
+    config = counter_config(6, {"kind": "scripted", "name": "raises_on_3"})
     outcome = await run_experiment(config, tmp_path / "run")
     by_seed = {r["seed"]: r for r in outcome.records}
     assert by_seed[3]["outcome"] == "error"
@@ -119,37 +114,14 @@ async def test_a_failing_player_ends_only_its_episode(tmp_path: Path) -> None:
 
 
 async def test_a_failing_game_master_ends_only_its_episode(tmp_path: Path) -> None:
-    config = load_config(
-        {
-            "name": "t",
-            "games": [
-                {
-                    "game": "test.counter",
-                    "seeds": {"count": 4},
-                    "settings": {"gm_raises_on": 2},
-                    "pairings": [{"counter": "scripted"}],
-                }
-            ],
-        }
-    )
+    config = counter_config(4, "scripted", settings={"gm_raises_on": 2})
     outcome = await run_experiment(config, tmp_path / "run")
     by_seed = {r["seed"]: r["outcome"] for r in outcome.records}
     assert by_seed == {0: "success", 1: "success", 2: "error", 3: "success"}
 
 
 async def test_an_oversized_reply_is_cut_and_recorded(tmp_path: Path) -> None:
-    config = load_config(
-        {
-            "name": "t",
-            "games": [
-                {
-                    "game": "test.counter",
-                    "seeds": {"count": 2},
-                    "pairings": [{"counter": {"kind": "scripted", "name": "wordy"}}],
-                }
-            ],
-        }
-    )
+    config = counter_config(2, {"kind": "scripted", "name": "wordy"})
     outcome = await run_experiment(config, tmp_path / "run")
     for r in outcome.records:
         assert r["outcome"] == "aborted" and r["scores"]["main"] is None
@@ -162,19 +134,7 @@ async def test_an_oversized_reply_is_cut_and_recorded(tmp_path: Path) -> None:
 
 
 async def test_events_made_while_preparing_a_turn_come_before_its_request(tmp_path: Path) -> None:
-    config = load_config(
-        {
-            "name": "t",
-            "games": [
-                {
-                    "game": "test.counter",
-                    "seeds": {"count": 1},
-                    "settings": {"target": 2},
-                    "pairings": [{"counter": "scripted"}],
-                }
-            ],
-        }
-    )
+    config = counter_config(1, "scripted", settings={"target": 2})
     outcome = await run_experiment(config, tmp_path / "run")
     episode = outcome.records[0]["episode"]
     order = [
