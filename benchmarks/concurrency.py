@@ -7,6 +7,7 @@ that ideal, event-loop lag (p50/p99 of how late a 10 ms timer fires), peak memor
 the runtime process and of the server.
 
     python benchmarks/concurrency.py                       # 2,000 at once, 1 s per reply
+    python benchmarks/concurrency.py --workers 2              # the episodes in 2 processes
     python benchmarks/concurrency.py --concurrency 500 --episodes 1500 --profile
 
 Writes benchmarks/results/concurrency.json (and concurrency.prof with --profile).
@@ -29,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import psutil
 import yaml
 
@@ -37,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents.backends.simserver import SimServerProcess  # noqa: E402
 from runtime.config import load_config  # noqa: E402
-from runtime.scheduler import Scheduler, run_experiment  # noqa: E402
+from runtime.scheduler import run_experiment  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -50,7 +52,9 @@ def sim_config(latency: float) -> dict[str, Any]:
     }
 
 
-def run_config(url: str, episodes: int, concurrency: int, tracing: bool, transport: str) -> Any:
+def run_config(
+    url: str, episodes: int, concurrency: int, tracing: bool, transport: str, workers: int
+) -> Any:
     limits = {"start": 4096, "min": 64, "max": 4096}
     common = {
         "base_url": url,
@@ -63,6 +67,7 @@ def run_config(url: str, episodes: int, concurrency: int, tracing: bool, transpo
         {
             "name": "bench-concurrency",
             "concurrency": concurrency,
+            "workers": workers,
             "tracing": {"enabled": tracing},
             "models": {
                 "solver": {"model": "sim-solver", **common},
@@ -81,45 +86,44 @@ def run_config(url: str, episodes: int, concurrency: int, tracing: bool, transpo
 
 
 class Monitor:
-    """Samples requests done, requests outstanding, loop lag and memory while the run goes."""
+    """Samples requests done and in flight (the server's own counters), and the memory and CPU
+    of the runtime's processes (this one and its workers), while the run goes."""
 
-    def __init__(self, server_pid: int) -> None:
-        self.scheduler: Scheduler | None = None
-        self.samples: list[tuple[float, int, int]] = []  # (time, requests ok, outstanding)
-        self.lags: list[float] = []
+    def __init__(self, server_pid: int, server_url: str) -> None:
+        self.samples: list[tuple[float, int, int]] = []  # (time, requests done, in flight)
         self.me = psutil.Process()
         self.server = psutil.Process(server_pid)
+        self.server_url = server_url
         self.peak_rss = 0
         self.server_peak_rss = 0
+        self.cpu: dict[int, float] = {}  # runtime process -> CPU seconds, last seen
         self._stop = False
 
-    def attach(self, scheduler: Scheduler) -> None:
-        self.scheduler = scheduler
+    def _runtime_processes(self) -> list[psutil.Process]:
+        children = [c for c in self.me.children(recursive=True) if c.pid != self.server.pid]
+        return [self.me, *children]
 
-    def _requests(self) -> tuple[int, int]:
-        pool = self.scheduler.options.models if self.scheduler is not None else None
-        endpoints = getattr(pool, "_endpoints", None)
-        if not endpoints:  # not open yet, or closed at the end of the run
-            return (self.samples[-1][1] if self.samples else 0), 0
-        ok = sum(e.counts["ok"] for e in endpoints.values())
-        outstanding = sum(e.outstanding for e in endpoints.values())
-        return ok, outstanding
-
-    async def lag_probe(self) -> None:
-        interval = 0.01
-        while not self._stop:
-            start = time.perf_counter()
-            await asyncio.sleep(interval)
-            self.lags.append(time.perf_counter() - start - interval)
+    def measure_processes(self) -> None:
+        rss = 0
+        for process in self._runtime_processes():
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                self.cpu[process.pid] = times.user + times.system
+                rss += process.memory_info().rss
+        self.peak_rss = max(self.peak_rss, rss)
+        with contextlib.suppress(psutil.Error):
+            self.server_peak_rss = max(self.server_peak_rss, self.server.memory_info().rss)
 
     async def sampler(self) -> None:
-        while not self._stop:
-            ok, outstanding = self._requests()
-            self.samples.append((time.monotonic(), ok, outstanding))
-            self.peak_rss = max(self.peak_rss, self.me.memory_info().rss)
-            with contextlib.suppress(psutil.Error):
-                self.server_peak_rss = max(self.server_peak_rss, self.server.memory_info().rss)
-            await asyncio.sleep(0.25)
+        async with aiohttp.ClientSession() as session:
+            while not self._stop:
+                async with session.get(f"{self.server_url}/sim/stats") as response:
+                    stats = await response.json()
+                in_flight = int(stats.get("in_flight", 0))
+                done = int(stats.get("requests", 0)) - in_flight
+                self.samples.append((time.monotonic(), done, in_flight))
+                self.measure_processes()
+                await asyncio.sleep(0.25)
 
     def stop(self) -> None:
         self._stop = True
@@ -142,44 +146,48 @@ def steady(samples: list[tuple[float, int, int]], target: int) -> tuple[float, f
     )
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, Any]:
-    monitor = Monitor(sim.process.pid if sim.process else os.getpid())
+    assert sim.process is not None
+    monitor = Monitor(sim.process.pid, sim.url)
     config = run_config(
-        sim.openai_url, args.episodes, args.concurrency, not args.no_tracing, args.transport
+        sim.openai_url,
+        args.episodes,
+        args.concurrency,
+        not args.no_tracing,
+        args.transport,
+        args.workers,
     )
-    server = psutil.Process(sim.process.pid) if sim.process else None
-    cpu0 = (time.process_time(), server.cpu_times() if server else None)
-    tasks = [asyncio.create_task(monitor.lag_probe()), asyncio.create_task(monitor.sampler())]
+    server = psutil.Process(sim.process.pid)
+    server_cpu0 = sum(server.cpu_times()[:2])
+    monitor.measure_processes()
+    cpu0 = dict(monitor.cpu)
+    sampler = asyncio.create_task(monitor.sampler())
     out = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     start = time.monotonic()
-    outcome = await run_experiment(config, out / "run", on_start=monitor.attach)
+    outcome = await run_experiment(config, out / "run")
     wall = time.monotonic() - start
+    monitor.measure_processes()
     monitor.stop()
-    await asyncio.gather(*tasks)
-    cpu_me = time.process_time() - cpu0[0]
-    cpu_server = (
-        sum(server.cpu_times()[:2]) - sum(cpu0[1][:2]) if server and cpu0[1] is not None else 0.0
-    )
+    await sampler
+    cpu_runtime = sum(monitor.cpu.values()) - sum(cpu0.values())
+    cpu_server = sum(server.cpu_times()[:2]) - server_cpu0
     rate, outstanding, seconds = steady(monitor.samples, args.concurrency)
     total_ok = monitor.samples[-1][1] if monitor.samples else 0
     outcomes: dict[str, int] = {}
     for r in outcome.records:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
     ideal = args.concurrency / args.latency
+    # The worst process: a run is only as responsive as its busiest loop.
+    lag = max(outcome.loop_lag, key=lambda x: x["p99_ms"]) if outcome.loop_lag else {}
     return {
         "episodes": args.episodes,
         "concurrent_episodes": args.concurrency,
         "latency_s": args.latency,
         "tracing": not args.no_tracing,
         "transport": args.transport,
+        "workers": args.workers,
         "outcomes": outcomes,
+        "errors": outcome.errors,
         "requests": total_ok,
         "wall_s": round(wall, 2),
         "steady_window_s": round(seconds, 2),
@@ -187,13 +195,14 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
         "achieved_requests_per_s": round(rate, 1),
         "achieved_vs_ideal": round(rate / ideal, 3) if ideal else 0.0,
         "mean_requests_in_flight": round(outstanding, 1),
-        "loop_lag_p50_ms": round(1000 * percentile(monitor.lags, 0.5), 2),
-        "loop_lag_p99_ms": round(1000 * percentile(monitor.lags, 0.99), 2),
-        "loop_lag_max_ms": round(1000 * max(monitor.lags, default=0.0), 2),
+        "loop_lag_p50_ms": lag.get("p50_ms", 0.0),
+        "loop_lag_p99_ms": lag.get("p99_ms", 0.0),
+        "loop_lag_max_ms": lag.get("max_ms", 0.0),
+        "loop_lag_per_process": outcome.loop_lag,
         "peak_rss_mb": round(monitor.peak_rss / 2**20, 1),
         "server_peak_rss_mb": round(monitor.server_peak_rss / 2**20, 1),
-        "runtime_cpu_s_per_request_ms": round(1000 * cpu_me / max(1, total_ok), 3),
-        "runtime_cpu_share": round(cpu_me / wall, 2),
+        "runtime_cpu_s_per_request_ms": round(1000 * cpu_runtime / max(1, total_ok), 3),
+        "runtime_cpu_share": round(cpu_runtime / wall, 2),
         "server_cpu_share": round(cpu_server / wall, 2),
         "run_folder": str(out / "run"),
     }
@@ -208,7 +217,12 @@ def main() -> int:
     parser.add_argument(
         "--transport", choices=["direct", "sdk"], default="direct", help="model entry transport"
     )
-    parser.add_argument("--profile", action="store_true", help="cProfile the runtime process")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="processes playing the episodes (config workers:)"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="cProfile the runtime process (with --workers 1)"
+    )
     args = parser.parse_args()
     args.episodes = args.episodes or 3 * args.concurrency
     with SimServerProcess(sim_config(args.latency)) as sim:
@@ -236,12 +250,13 @@ def main() -> int:
         ("episodes at once", f"{result['concurrent_episodes']:,}"),
         ("latency per reply", f"{result['latency_s']:g} s"),
         ("transport, tracing", f"{result['transport']}, {'on' if result['tracing'] else 'off'}"),
+        ("worker processes", str(result["workers"])),
         ("ideal requests/s", f"{result['ideal_requests_per_s']:,.0f}"),
         ("achieved requests/s (steady)", f"{result['achieved_requests_per_s']:,.0f}"),
         ("achieved / ideal", f"{100 * result['achieved_vs_ideal']:.0f} %"),
         ("requests in flight (mean)", f"{result['mean_requests_in_flight']:,.0f}"),
         (
-            "event-loop lag p50 / p99",
+            "event-loop lag p50 / p99 (worst process)",
             f"{result['loop_lag_p50_ms']} / {result['loop_lag_p99_ms']} ms",
         ),
         (
@@ -255,6 +270,7 @@ def main() -> int:
         ("runtime CPU per request", f"{result['runtime_cpu_s_per_request_ms']} ms"),
         ("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(result["outcomes"].items()))),
     ]
+    rows += [("error", e[:200]) for e in result["errors"]]
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")

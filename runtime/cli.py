@@ -22,7 +22,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from runtime.report import summary_rows, write_report
     from runtime.scheduler import RunOutcome, Scheduler, run_experiment
 
-    config = load_config(args.config, args.set)
+    overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
+    config = load_config(args.config, overrides)
     out = Path(args.out) if args.out else Path("runs") / config.name
     state: dict[str, Scheduler] = {}
 
@@ -93,10 +94,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         table.add_row(*row)
     Console(width=None if sys.stdout.isatty() else 200).print(table)
     p = outcome.progress
+    lag = max((x["p99_ms"] for x in outcome.loop_lag), default=0.0)
     console.print(
-        f"{p.done} played now, {p.skipped} already done; {p.turns_per_s:,.0f} turns/s. "
-        f"Results: {outcome.folder.path} (report: {report})"
+        f"{p.done} played now, {p.skipped} already done; {p.turns_per_s:,.0f} turns/s; "
+        f"event-loop lag p99 {lag:,.0f} ms. Results: {outcome.folder.path} (report: {report})"
     )
+    for error in outcome.errors:
+        console.print(f"[red]{error}[/]")
+    if outcome.errors:
+        console.print(
+            f"[yellow]some episodes were not played; continue with: "
+            f"parley run {args.config} --out {out} --resume[/]"
+        )
+        return 1
     if outcome.interrupted:
         console.print(
             f"[yellow]interrupted; continue with: parley run {args.config} --out {out} --resume[/]"
@@ -254,6 +264,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--bus", help="bus URL: local (default) or mqtt://host:port")
     run.add_argument("--concurrency", type=int, help="episodes at once (overrides the config)")
+    run.add_argument(
+        "--workers",
+        help="processes playing the episodes: a number, or auto (one per core); overrides the config",
+    )
     run.add_argument("--out", help="run folder (default runs/<name>)")
     run.add_argument(
         "--resume", action="store_true", help="continue a run folder, skipping finished episodes"

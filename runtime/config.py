@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agents.backends.spec import ModelSpec
 
@@ -133,6 +133,9 @@ class ExperimentConfig(Strict):
     name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     games: list[GameBlock] = Field(min_length=1)
     concurrency: int = Field(default=64, ge=1, le=100_000)
+    # Processes that play the episodes: 1 plays them in this process; N (or "auto", one per
+    # core) splits them among N worker processes, each with its own event loop.
+    workers: int | str = 1
     bus: str = "local"
     record_prompts: bool = True
     # What reaches an MQTT broker: "events" (episode events, state, results: what dashboards and
@@ -142,6 +145,15 @@ class ExperimentConfig(Strict):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     # The model registry: name -> how to reach and ask the model (agents/backends/spec.py).
     models: dict[str, ModelSpec] = Field(default_factory=dict)
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _workers(cls, value: Any) -> int | str:
+        if value == "auto" or (
+            isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 256
+        ):
+            return value
+        raise ValueError("expected a number of processes from 1 to 256, or 'auto' (one per core)")
 
     @model_validator(mode="after")
     def _model_names(self) -> ExperimentConfig:

@@ -7,6 +7,7 @@ import json
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,21 @@ class RunFolder:
         return self.images / f"{sha256}.png"
 
 
+@dataclass
+class EncodedResult:
+    """A finished episode as the bytes that go into the run folder: its record (without the
+    transcript's place, which the writer decides), its transcript lines, its images by hash."""
+
+    record: dict[str, Any]
+    transcript: bytes
+    images: dict[str, bytes]
+
+    @classmethod
+    def of(cls, result: EpisodeResult, run: str) -> EncodedResult:
+        lines = b"".join(encode(m, inline_images=False) + b"\n" for m in result.transcript)
+        return cls(result.record(run), lines, result.images)
+
+
 class ResultWriter:
     """Writes finished episodes; ``await write(result)`` returns once its line is fsynced.
 
@@ -153,23 +169,24 @@ class ResultWriter:
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="result-writer")
 
-    async def write(self, result: EpisodeResult) -> None:
+    async def write(self, result: EpisodeResult | EncodedResult) -> None:
+        if isinstance(result, EpisodeResult):
+            result = EncodedResult.of(result, self.run)
         self._write(result)
         future = asyncio.get_running_loop().create_future()
         self._pending.append(future)
         self._wake.set()
         await future
 
-    def _write(self, result: EpisodeResult) -> None:
+    def _write(self, result: EncodedResult) -> None:
         for sha, data in result.images.items():
             if sha not in self.folder._known_images:
                 self.folder.image_path(sha).write_bytes(data)
                 self.folder._known_images.add(sha)
-        lines = b"".join(encode(m, inline_images=False) + b"\n" for m in result.transcript)
         offset = self._transcripts.tell()
-        self._transcripts.write(lines)
-        record = result.record(self.run)
-        record["transcript"] = {"offset": offset, "length": len(lines)}
+        self._transcripts.write(result.transcript)
+        record = result.record
+        record["transcript"] = {"offset": offset, "length": len(result.transcript)}
         self._file.write(json.dumps(record) + "\n")
 
     async def _loop(self) -> None:

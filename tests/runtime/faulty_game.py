@@ -8,6 +8,7 @@ episode.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Any
@@ -78,6 +79,15 @@ def slow(view: View, rng: random.Random) -> str:
     return str((view.data or {})["next"])
 
 
+def kills_process_on_5(view: View, rng: random.Random) -> str:
+    """Counts, but ends the whole process in the episode of seed 5 while PARLEY_TEST_CRASH is
+    set (a crashed worker; only for runs with worker processes)."""
+    data = view.data or {}
+    if data["seed"] == 5 and os.environ.get("PARLEY_TEST_CRASH"):
+        os._exit(3)
+    return str(data["next"])
+
+
 def random_number(view: View, rng: random.Random) -> str:
     return str(rng.randint(1, 3))
 
@@ -100,6 +110,7 @@ INFO = register(
                 "raises_on_3": raises_on_3,
                 "wordy": wordy,
                 "slow": slow,
+                "kills_process_on_5": kills_process_on_5,
             }
         },
         description="test game",

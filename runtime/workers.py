@@ -1,0 +1,371 @@
+"""A run's episodes played in worker processes: one event loop per core.
+
+One event loop runs on one core. A run of thousands of model-played episodes keeps that core
+busy (building requests, parsing replies, stepping games) and its loop falls behind; with
+``workers: N`` the parent splits the episodes among N child processes, each a whole runtime
+(its own bus connection, model clients, tracing, episodes), and stays the single writer of the
+run folder. A worker streams each finished episode back as the bytes of its record, transcript
+and images; the parent writes and fsyncs them exactly as a one-process run does, so the folder,
+resume and every reader are the same either way.
+
+Parent and worker talk over a socket pair in frames: a 4-byte length, a 1-byte kind and a
+payload. Parent to worker: ``J`` the job (JSON), ``S`` stop. Worker to parent: ``R`` a finished
+episode, ``D`` done (JSON: loop lag, model endpoint stats), ``E`` a failure (its traceback).
+A worker that loses its parent stops its episodes and exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import struct
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import anyio
+from opentelemetry import trace
+
+import bus as bus_module
+from agents.backends.pool import ModelPool
+from agents.backends.spec import ModelSpec
+from observability import tracing as tracing_module
+from observability.loop_lag import LoopLagProbe
+from observability.tracing import Tracing, span_context
+from runtime.config import ExperimentConfig
+from runtime.episode import EpisodeOptions, EpisodeResult
+from runtime.experiment import EpisodeSpec
+from runtime.results import EncodedResult, ResultWriter
+from runtime.scheduler import Progress, Scheduler, run_gc
+
+log = logging.getLogger("parley.workers")
+
+_FRAME = struct.Struct(">IB")
+_HEADER = struct.Struct(">I")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def frame(kind: bytes, payload: bytes = b"") -> bytes:
+    return _FRAME.pack(len(payload), kind[0]) + payload
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The next frame's kind and payload; ``IncompleteReadError`` at the end of the stream."""
+    length, kind = _FRAME.unpack(await reader.readexactly(_FRAME.size))
+    return bytes([kind]), await reader.readexactly(length)
+
+
+def pack_result(result: EncodedResult) -> bytes:
+    """A finished episode as one payload: a JSON header, then the transcript and image bytes."""
+    header = json.dumps(
+        {
+            "record": result.record,
+            "transcript": len(result.transcript),
+            "images": [[sha, len(data)] for sha, data in result.images.items()],
+        }
+    ).encode()
+    return b"".join([_HEADER.pack(len(header)), header, result.transcript, *result.images.values()])
+
+
+def unpack_result(payload: bytes) -> EncodedResult:
+    (size,) = _HEADER.unpack_from(payload)
+    at = _HEADER.size + size
+    header = json.loads(payload[_HEADER.size : at])
+    transcript = payload[at : at + header["transcript"]]
+    at += header["transcript"]
+    images: dict[str, bytes] = {}
+    for sha, length in header["images"]:
+        images[sha] = payload[at : at + length]
+        at += length
+    return EncodedResult(header["record"], transcript, images)
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` shared out as evenly as whole numbers allow (the first parts get the rest)."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+def worker_models(models: dict[str, Any], workers: int) -> dict[str, ModelSpec]:
+    """Each worker's share of every endpoint's concurrency limits, so that together the workers
+    keep as many requests in flight as one process would."""
+    out = {}
+    for name, raw in models.items():
+        spec = ModelSpec.model_validate(raw)
+        limits = spec.concurrency
+        share = {
+            k: max(1, math.ceil(getattr(limits, k) / workers)) for k in ("start", "min", "max")
+        }
+        out[name] = spec.model_copy(update={"concurrency": limits.model_copy(update=share)})
+    return out
+
+
+# --- the parent ------------------------------------------------------------------------------
+
+
+class WorkerScheduler:
+    """Plays specs in ``workers`` child processes, at most ``concurrency`` at once in all.
+
+    The same surface as :class:`~runtime.scheduler.Scheduler` (``progress``, ``stop()``,
+    ``run()``). Specs are dealt round robin; each worker gets its share of the concurrency.
+    ``job`` is what every worker needs to rebuild the run (config, run id, folder, bus URL);
+    the model servers the parent launched reach the workers as URLs.
+    """
+
+    def __init__(
+        self,
+        specs: list[EpisodeSpec],
+        writer: ResultWriter,
+        options: EpisodeOptions,
+        concurrency: int,
+        workers: int,
+        job: dict[str, Any],
+    ) -> None:
+        self.specs = specs
+        self.writer = writer
+        self.options = options
+        self.concurrency = concurrency
+        self.workers = max(1, min(workers, len(specs), concurrency))
+        self.job = job
+        self.progress = Progress(planned=len(specs))
+        self.stopping = False
+        self.loop_lag: list[dict[str, Any]] = []
+        self.model_stats: list[dict[str, Any]] = []
+        self.errors: list[str] = []
+        self._links: list[asyncio.StreamWriter] = []
+        self._share: list[tuple[int, int]] = []  # per worker: (concurrency, episodes left)
+
+    def stop(self) -> None:
+        """Ask every worker to end its episodes as ``cancelled`` and finish."""
+        self.stopping = True
+        for link in self._links:
+            with contextlib.suppress(Exception):
+                link.write(frame(b"S"))
+
+    async def run(self, parent: trace.Span | None = None) -> None:
+        if not self.specs:
+            return
+        n = self.workers
+        shards = [self.specs[i::n] for i in range(n)]
+        limits = split(self.concurrency, n)
+        self._share = [(c, len(s)) for c, s in zip(limits, shards, strict=True)]
+        self._update_running()
+        urls, failed = {}, {}
+        pool = self.options.models
+        if isinstance(pool, ModelPool):
+            urls, failed = pool.urls, pool.failed
+        traceparent = tracing_module.inject(parent) if parent is not None else None
+        recording: set[asyncio.Task[None]] = set()
+        try:
+            async with anyio.create_task_group() as tg:
+                for i in range(n):
+                    job = {
+                        **self.job,
+                        "worker": i,
+                        "workers": n,
+                        "concurrency": limits[i],
+                        "specs": [s.model_dump(mode="json") for s in shards[i]],
+                        "urls": urls,
+                        "failed": failed,
+                        "traceparent": traceparent,
+                    }
+                    tg.start_soon(self._drive, i, job, recording)
+        finally:
+            if recording:
+                await asyncio.gather(*recording)
+
+    async def _drive(self, i: int, job: dict[str, Any], recording: set[asyncio.Task[None]]) -> None:
+        ours, theirs = socket.socketpair()
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "runtime.workers",
+            str(theirs.fileno()),
+            pass_fds=(theirs.fileno(),),
+            env=env,
+        )
+        theirs.close()
+        reader, link = await asyncio.open_unix_connection(sock=ours)
+        self._links.append(link)
+        done = False
+        try:
+            link.write(frame(b"J", json.dumps(job).encode()))
+            if self.stopping:
+                link.write(frame(b"S"))
+            await link.drain()
+            while True:
+                try:
+                    kind, payload = await read_frame(reader)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    break
+                if kind == b"R":
+                    result = unpack_result(payload)
+                    concurrency, left = self._share[i]
+                    self._share[i] = (concurrency, left - 1)
+                    self._update_running()
+                    # Written and fsynced in its own task: reading the next one goes on.
+                    task = asyncio.create_task(self._record(result))
+                    recording.add(task)
+                    task.add_done_callback(recording.discard)
+                elif kind == b"D":
+                    report = json.loads(payload)
+                    self.loop_lag.append({"worker": i, **report["loop_lag"]})
+                    self.model_stats.append(report.get("models", {}))
+                    done = True
+                elif kind == b"E":
+                    self.errors.append(f"worker {i} failed: {payload.decode(errors='replace')}")
+        finally:
+            self._share[i] = (self._share[i][0], 0)
+            self._update_running()
+            link.close()
+            with contextlib.suppress(Exception):
+                await link.wait_closed()
+            try:
+                code = await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                code = await process.wait()
+            if not done and not any(e.startswith(f"worker {i} ") for e in self.errors):
+                self.errors.append(f"worker {i} exited with code {code} before it finished")
+
+    def _update_running(self) -> None:
+        self.progress.running = sum(min(c, left) for c, left in self._share)
+
+    async def _record(self, result: EncodedResult) -> None:
+        await self.writer.write(result)
+        record, progress = result.record, self.progress
+        progress.done += 1
+        progress.turns += int(record.get("turns", 0))
+        outcome = record["outcome"]
+        progress.outcomes[outcome] = progress.outcomes.get(outcome, 0) + 1
+        if outcome == "error":
+            progress.failed += 1
+
+
+# --- the worker ------------------------------------------------------------------------------
+
+
+class _FrameSink:
+    """Where a worker's scheduler writes finished episodes: back to the parent, as frames."""
+
+    def __init__(self, link: asyncio.StreamWriter, run: str) -> None:
+        self.link = link
+        self.run = run
+
+    async def write(self, result: EpisodeResult) -> None:
+        self.link.write(frame(b"R", pack_result(EncodedResult.of(result, self.run))))
+        await self.link.drain()
+
+
+async def _listen(reader: asyncio.StreamReader, scheduler: Scheduler) -> None:
+    """Stop when the parent says so, or when it is gone."""
+    with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+        while True:
+            kind, _ = await read_frame(reader)
+            if kind == b"S":
+                break
+    scheduler.stop()
+
+
+async def play_job(
+    job: dict[str, Any], reader: asyncio.StreamReader, link: asyncio.StreamWriter
+) -> dict[str, Any]:
+    """Play one worker's share of a run; returns its report (loop lag, model stats)."""
+    from runtime.scheduler import episode_options
+
+    config = ExperimentConfig.model_validate(job["config"])
+    specs = [EpisodeSpec.model_validate(s) for s in job["specs"]]
+    run_id, worker = job["run"], job["worker"]
+    url = job["bus"]
+    tracing = Tracing(
+        Path(job["folder"]),
+        enabled=config.tracing.enabled,
+        content=config.tracing.content,
+        messages=job["messages"],
+        attributes={"parley.run": run_id, "parley.worker": worker},
+    )
+    tracing.activate()
+    the_bus = tracing.wrap_bus(bus_module.connect(worker_bus_url(url, worker)))
+    options = episode_options(config, run_id)
+    scheduler = Scheduler(specs, the_bus, _FrameSink(link, run_id), options, job["concurrency"])  # type: ignore[arg-type]
+    listener = asyncio.create_task(_listen(reader, scheduler))
+    probe = LoopLagProbe().start()
+    context = span_context(job.get("traceparent"))
+    parent = trace.NonRecordingSpan(context) if context is not None else None
+    pool = ModelPool(
+        worker_models(job["config"]["models"], job["workers"]),
+        tracer=tracing_module.tracer,
+        urls=job["urls"],
+    )
+    for name, reason in job["failed"].items():
+        pool.mark_failed(name, reason)
+    options.models = pool
+    try:
+        async with run_gc(), the_bus, pool:
+            await scheduler.run(parent)
+        stats = pool.stats()
+    finally:
+        lag = await probe.stop()
+        listener.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await listener
+        tracing.close()
+    return {"loop_lag": lag, "models": stats}
+
+
+def worker_bus_url(url: str, worker: int) -> str:
+    """The bus URL for worker ``worker``: a client id chosen in the URL gets a suffix, since two
+    connections with one client id would throw each other off the broker."""
+    if "client_id=" not in url:
+        return url
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    query = [(k, f"{v}-w{worker}" if k == "client_id" else v) for k, v in parse_qsl(parts.query)]
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+async def _serve(fd: int) -> int:
+    sock = socket.socket(fileno=fd)
+    reader, link = await asyncio.open_unix_connection(sock=sock)
+    try:
+        kind, payload = await read_frame(reader)
+    except asyncio.IncompleteReadError:
+        return 1
+    if kind != b"J":
+        return 1
+    try:
+        report = await play_job(json.loads(payload), reader, link)
+        link.write(frame(b"D", json.dumps(report).encode()))
+        code = 0
+    except Exception:
+        link.write(frame(b"E", traceback.format_exc().encode()))
+        code = 1
+    with contextlib.suppress(ConnectionError):
+        await link.drain()
+    link.close()
+    with contextlib.suppress(Exception):
+        await link.wait_closed()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    # Ctrl-C reaches the whole process group: the parent decides, and tells us with a frame.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.WARNING, format="worker %(process)d: %(message)s")
+    return asyncio.run(_serve(int(args[0])))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Worker processes: the same run folder as one process, failures contained, stop and resume."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.runtime.faulty_game  # noqa: F401  (registers test.counter here; workers use PARLEY_PLUGINS)
+from runtime.config import ConfigError, load_config
+from runtime.results import EncodedResult, RunFolder
+from runtime.scheduler import run_experiment
+from runtime.workers import (
+    WorkerScheduler,
+    pack_result,
+    split,
+    unpack_result,
+    worker_bus_url,
+    worker_models,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _plugins(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PARLEY_PLUGINS", "tests.runtime.faulty_game")
+
+
+def comma_config(workers: int, count: int = 12) -> Any:
+    return load_config(
+        {
+            "name": "w",
+            "concurrency": 8,
+            "workers": workers,
+            "games": [
+                {
+                    "game": "comma.wire",
+                    "seeds": {"start": 0, "count": count},
+                    "pairings": [
+                        {"solver": "scripted", "expert": "scripted"},
+                        {"solver": "random", "expert": "scripted"},
+                    ],
+                }
+            ],
+        }
+    )
+
+
+def counter_config(workers: int, count: int, player: str = "scripted", **settings: Any) -> Any:
+    return load_config(
+        {
+            "name": "c",
+            "concurrency": 4,
+            "workers": workers,
+            "tracing": {"enabled": False},
+            "games": [
+                {
+                    "game": "test.counter",
+                    "seeds": {"start": 0, "count": count},
+                    "pairings": [{"counter": {"kind": "scripted", "name": player}}],
+                    "settings": settings,
+                }
+            ],
+        }
+    )
+
+
+def by_episode(records: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
+    return {r["episode"]: (r["outcome"], r["scores"], r["turns"]) for r in records}
+
+
+async def test_two_workers_play_the_same_episodes_as_one_process(tmp_path: Path) -> None:
+    one = await run_experiment(comma_config(1), tmp_path / "one")
+    two = await run_experiment(comma_config(2), tmp_path / "two")
+
+    assert len(two.records) == 24 and two.progress.done == 24 and not two.errors
+    # Seeds fix instances and scripted play: the same outcome, scores and turns per episode.
+    assert by_episode(two.records) == by_episode(one.records)
+    assert sum(r["outcome"] == "success" for r in two.records) >= 12  # the scripted pairing
+    # One lag summary per process that played episodes.
+    assert [x["worker"] for x in sorted(two.loop_lag, key=lambda x: x["worker"])] == [0, 1]
+    assert all(x["samples"] > 0 for x in two.loop_lag)
+    assert len(one.loop_lag) == 1
+    # Every transcript is whole in the parent's single transcripts file.
+    folder = RunFolder(two.folder.path)
+    for record in two.records:
+        messages = list(folder.iter_transcript(record["episode"]))
+        assert messages[0]["kind"] == "episode_started"
+        assert messages[-1]["kind"] == "episode_finished"
+        assert messages[-1]["outcome"] == record["outcome"]
+    # Both workers traced into the run's file, each span naming its worker.
+    spans = [s for s in _spans(two.folder.path) if s["name"].startswith("episode ")]
+    assert len(spans) == 24
+    assert {s["resource"].get("parley.worker") for s in spans} == {0, 1}
+
+
+def _spans(path: Path) -> list[dict[str, Any]]:
+    from observability.tracing import read_spans
+
+    return read_spans(path)
+
+
+async def test_a_crashed_worker_loses_only_its_unfinished_episodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = counter_config(2, 12, player="kills_process_on_5")
+    monkeypatch.setenv("PARLEY_TEST_CRASH", "1")
+    outcome = await run_experiment(config, tmp_path / "run")
+    monkeypatch.delenv("PARLEY_TEST_CRASH")
+
+    # Seed 5 goes to worker 1 (round robin); worker 0 plays all of its six.
+    assert len(outcome.errors) == 1 and outcome.errors[0].startswith("worker 1 exited with code 3")
+    seeds = {r["seed"] for r in outcome.records}
+    assert {0, 2, 4, 6, 8, 10} <= seeds and 5 not in seeds
+    assert all(r["outcome"] == "success" for r in outcome.records)
+
+    # Resumed, now without the crash, the rest is played and nothing twice.
+    resumed = await run_experiment(config, tmp_path / "run", resume=True)
+    assert not resumed.errors
+    assert resumed.progress.skipped == len(outcome.records)
+    assert sorted(r["seed"] for r in resumed.records) == list(range(12))
+
+
+async def test_stop_cancels_in_the_workers_and_resume_finishes(tmp_path: Path) -> None:
+    config = counter_config(2, 16, player="slow", target=5)
+    schedulers: list[WorkerScheduler] = []
+
+    async def stop_soon() -> None:
+        while not schedulers or schedulers[0].progress.done < 2:
+            await asyncio.sleep(0.05)
+        schedulers[0].stop()
+
+    stopper = asyncio.create_task(stop_soon())
+    outcome = await run_experiment(config, tmp_path / "run", on_start=schedulers.append)
+    await stopper
+    outcomes = [r["outcome"] for r in outcome.records]
+    assert outcome.interrupted and not outcome.errors
+    assert "cancelled" in outcomes and outcomes.count("success") >= 2
+
+    resumed = await run_experiment(config, tmp_path / "run", resume=True)
+    assert sorted(r["seed"] for r in resumed.records) == list(range(16))
+    assert {r["outcome"] for r in resumed.records} == {"success"}
+
+
+def test_result_frames_round_trip() -> None:
+    result = EncodedResult(
+        {"episode": "e1", "outcome": "success", "turns": 3},
+        b'{"kind":"turn_request"}\n{"kind":"episode_finished"}\n',
+        {"a" * 64: b"\x89PNG one", "b" * 64: b"\x89PNG two, longer"},
+    )
+    back = unpack_result(pack_result(result))
+    assert back == result
+
+
+def test_shares_of_concurrency_and_endpoint_limits() -> None:
+    assert split(2000, 2) == [1000, 1000]
+    assert split(7, 3) == [3, 2, 2]
+    models = worker_models(
+        {
+            "m": {
+                "model": "x",
+                "base_url": "http://127.0.0.1:1/v1",
+                "concurrency": {"start": 64, "min": 1, "max": 257},
+            }
+        },
+        2,
+    )
+    limits = models["m"].concurrency
+    assert (limits.start, limits.min, limits.max) == (32, 1, 129)
+
+
+def test_a_chosen_client_id_gets_one_suffix_per_worker() -> None:
+    assert worker_bus_url("mqtt://h:1883", 1) == "mqtt://h:1883"
+    assert worker_bus_url("mqtt://h:1883?client_id=lab&keepalive=5", 1) == (
+        "mqtt://h:1883?client_id=lab-w1&keepalive=5"
+    )
+
+
+def test_workers_setting_is_checked() -> None:
+    for bad in (0, 300, "many"):
+        with pytest.raises(ConfigError) as info:
+            counter_config(bad, 1)  # type: ignore[arg-type]
+        assert "workers" in str(info.value) and "auto" in str(info.value)
+    assert counter_config("auto", 1).workers == "auto"  # type: ignore[arg-type]
