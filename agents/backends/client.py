@@ -48,7 +48,33 @@ from agents.backends.limiter import AdaptiveLimiter
 from agents.backends.spec import GenerationParams, ModelSpec
 from bus.messages import PromptMessage
 
+try:
+    import orjson as _orjson
+except ImportError:  # optional: the standard library gives the same JSON, with more CPU
+    _orjson = None  # type: ignore[assignment]
+
 TracerFn = Callable[[], trace.Tracer]
+
+
+def _dumps(value: Any) -> bytes:
+    """A request body as JSON bytes (orjson when installed: several times less CPU)."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(value, option=_orjson.OPT_NON_STR_KEYS)
+        except TypeError:
+            pass  # what orjson refuses (integers over 64 bits…): let the standard library try
+    return json.dumps(value).encode()
+
+
+def _loads(data: bytes) -> Any:
+    """A response body parsed (orjson when installed; the standard library for what orjson
+    refuses — NaN, huge integers, not JSON at all — so that errors read as before)."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(data)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(data)
 
 
 class ModelUnavailable(RuntimeError):
@@ -221,7 +247,7 @@ class Backend:
         streamed chunks (OpenAI) or events (Anthropic) gathered by the backend's accumulator."""
         if not stream:
             response = await client.post(self.path, body=body, cast_to=httpx2.Response)
-            return self.parse(json.loads(response.content))
+            return self.parse(_loads(response.content))
         start = time.monotonic()
         ttft: float | None = None
         acc = self.accumulator()
@@ -593,13 +619,13 @@ class DirectTransport:
 
     async def send(self, body: dict[str, Any], stream: bool) -> Reply:
         if not stream:
-            status, headers, data = await self.pool.post(json.dumps(body).encode())
+            status, headers, data = await self.pool.post(_dumps(body))
             if status >= 400:
                 text = data.decode("utf-8", "replace").strip()
                 raise status_failure(status, headers, f"HTTP {status}: {text[:300]}")
-            return self.backend.parse(json.loads(data))
+            return self.backend.parse(_loads(data))
         start = time.monotonic()
-        async with self.session.post(self.target, data=json.dumps(body).encode()) as response:
+        async with self.session.post(self.target, data=_dumps(body)) as response:
             if response.status >= 400:
                 text = (await response.read()).decode("utf-8", "replace").strip()
                 raise status_failure(
@@ -616,7 +642,7 @@ class DirectTransport:
                     break
                 if ttft is None:
                     ttft = time.monotonic() - start
-                acc.add(json.loads(data))
+                acc.add(_loads(data))
             return acc.reply(ttft)
 
     async def aclose(self) -> None:

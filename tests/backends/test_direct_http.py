@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import json
+import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
+from agents.backends import client as client_module
 from agents.backends.client import Failure, _HttpPool, classify
 
 pytestmark = pytest.mark.anyio
@@ -190,3 +193,17 @@ async def test_a_connect_timeout_is_a_timeout(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(TimeoutError) as caught:
         await pool.post(b"{}")
     assert classify(caught.value).kind == "timeout"
+
+
+@pytest.mark.parametrize("with_orjson", [True, False])
+def test_json_bodies_read_as_the_standard_library_reads_them(
+    monkeypatch: pytest.MonkeyPatch, with_orjson: bool
+) -> None:
+    if not with_orjson:
+        monkeypatch.setattr(client_module, "_orjson", None)
+    body = {"model": "m", "logit_bias": {50256: -100}, "big": 2**70, "text": "héllo"}
+    assert json.loads(client_module._dumps(body)) == json.loads(json.dumps(body))
+    assert client_module._loads(b'{"a": [1, 2.5, null, "\\u00e9"]}') == {"a": [1, 2.5, None, "é"]}
+    assert math.isnan(client_module._loads(b'{"x": NaN}')["x"])
+    with pytest.raises(json.JSONDecodeError):
+        client_module._loads(b"<html>not json</html>")
