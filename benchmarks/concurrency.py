@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from agents.backends.simserver import SimServerProcess  # noqa: E402
+from bus import loop as event_loop  # noqa: E402
 from runtime.config import load_config  # noqa: E402
 from runtime.scheduler import run_experiment  # noqa: E402
 
@@ -97,6 +98,7 @@ class Monitor:
         self.peak_rss = 0
         self.server_peak_rss = 0
         self.cpu: dict[int, float] = {}  # runtime process -> CPU seconds, last seen
+        self.server_lag: dict[str, Any] = {}
         self._stop = False
 
     def _runtime_processes(self) -> list[psutil.Process]:
@@ -120,6 +122,7 @@ class Monitor:
                 async with session.get(f"{self.server_url}/sim/stats") as response:
                     stats = await response.json()
                 in_flight = int(stats.get("in_flight", 0))
+                self.server_lag = stats.get("loop_lag") or {}
                 done = int(stats.get("requests", 0)) - in_flight
                 self.samples.append((time.monotonic(), done, in_flight))
                 self.measure_processes()
@@ -199,6 +202,7 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
         "loop_lag_p99_ms": lag.get("p99_ms", 0.0),
         "loop_lag_max_ms": lag.get("max_ms", 0.0),
         "loop_lag_per_process": outcome.loop_lag,
+        "server_loop_lag": monitor.server_lag,
         "peak_rss_mb": round(monitor.peak_rss / 2**20, 1),
         "server_peak_rss_mb": round(monitor.server_peak_rss / 2**20, 1),
         "runtime_cpu_s_per_request_ms": round(1000 * cpu_runtime / max(1, total_ok), 3),
@@ -229,7 +233,7 @@ def main() -> int:
         profiler = cProfile.Profile() if args.profile else None
         if profiler is not None:
             profiler.enable()
-        result = asyncio.run(bench(args, sim))
+        result = event_loop.run(bench(args, sim))
         if profiler is not None:
             profiler.disable()
     result["machine"] = {
@@ -258,6 +262,10 @@ def main() -> int:
         (
             "event-loop lag p50 / p99 (worst process)",
             f"{result['loop_lag_p50_ms']} / {result['loop_lag_p99_ms']} ms",
+        ),
+        (
+            "server event-loop lag p50 / p99",
+            f"{result['server_loop_lag'].get('p50_ms')} / {result['server_loop_lag'].get('p99_ms')} ms",
         ),
         (
             "peak memory: runtime / server",

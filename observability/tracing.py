@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -199,7 +200,10 @@ class JsonlSpanExporter(SpanExporter):
         )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        lines = "".join(self._line(s) for s in spans)
+        return self.write("".join(self._line(s) for s in spans))
+
+    def write(self, lines: str) -> SpanExportResult:
+        """Append ready-made lines (the shape :meth:`_line` gives)."""
         with self._lock:
             if self._file.closed:
                 return SpanExportResult.FAILURE
@@ -213,6 +217,55 @@ class JsonlSpanExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+class JsonlSpanWriter(SpanProcessor):
+    """Writes each span to the run's ``traces.jsonl`` as it ends, in the thread that ends it.
+
+    Not a ``BatchSpanProcessor``: its export thread competes with the event loop for the GIL,
+    and every socket call the loop makes (each releases the GIL) then waits out the thread's
+    switch interval to get it back. Measured on a traced run of 2,000 episodes at once, that
+    convoy cut the request rate by a third and stalled the loop for half a second at a time.
+    Here a line costs ~15 µs of formatting when its span ends, and lines are written to the
+    file ``batch`` at a time, or once ``interval_s`` has passed since the last write.
+    """
+
+    def __init__(
+        self, exporter: JsonlSpanExporter, batch: int = 256, interval_s: float = 1.0
+    ) -> None:
+        self.exporter = exporter
+        self.batch = batch
+        self.interval_s = interval_s
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        self._written = time.monotonic()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if not span.context.trace_flags.sampled:
+            return
+        line = self.exporter._line(span)
+        with self._lock:
+            self._lines.append(line)
+            if len(self._lines) >= self.batch or time.monotonic() - self._written > self.interval_s:
+                self._write_locked()
+
+    def _write_locked(self) -> None:
+        lines, self._lines = self._lines, []
+        self._written = time.monotonic()
+        if lines:
+            self.exporter.write("".join(lines))
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        with self._lock:
+            self._write_locked()
+        return True
+
+    def shutdown(self) -> None:
+        self.force_flush()
+        self.exporter.shutdown()
 
 
 def read_spans(path: str | Path) -> list[dict[str, Any]]:
@@ -292,9 +345,7 @@ class Tracing:
         self.provider = TracerProvider(resource=resource)
         if run_dir is not None:
             self.provider.add_span_processor(
-                BatchSpanProcessor(
-                    JsonlSpanExporter(Path(run_dir) / "traces.jsonl"), max_queue_size=65536
-                )
+                JsonlSpanWriter(JsonlSpanExporter(Path(run_dir) / "traces.jsonl"))
             )
         otlp = _otlp_exporter()
         if otlp is not None:

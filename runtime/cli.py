@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from bus import loop as event_loop
 from runtime.config import ConfigError
 
 console = Console(stderr=True)
@@ -84,7 +85,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 ticker.cancel()
                 live.stop()
 
-    outcome = asyncio.run(main())
+    outcome = event_loop.run(main())
     report = write_report(outcome.folder.path)
     header, rows = summary_rows(outcome.records)
     table = Table(title=f"run {outcome.run_id}")
@@ -226,7 +227,7 @@ def _cmd_errors(args: argparse.Namespace) -> int:
         console.print(f"[red]no model {args.judge!r} in the models of {source}[/]")
         return 2
     specs = {name: ModelSpec.model_validate(spec) for name, spec in registry.items()}
-    verdicts = asyncio.run(
+    verdicts = event_loop.run(
         judge_run(run, args.judge, specs, failed_only=not args.all, concurrency=args.concurrency)
     )
     path = write_verdicts(run, verdicts)

@@ -230,7 +230,6 @@ class EpisodeRunner:
                 span.set_status(Status(StatusCode.ERROR, self.result.reason[:200]))
             await self._publish_finished()
             span.end()
-        tracing.record_episode(self.result)
         return self.result
 
     async def _gm_call(self, fn: Any, *args: Any) -> Any:

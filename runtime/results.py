@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 
 from bus.codec import encode
+from bus.loop import Pacer
+from observability import tracing
 from runtime.config import ConfigError, ExperimentConfig
 from runtime.episode import EpisodeResult
 
@@ -151,15 +153,16 @@ class EncodedResult:
 class ResultWriter:
     """Writes finished episodes; ``await write(result)`` returns once its line is fsynced.
 
-    Transcripts, images and the record line are written on the event loop (page-cache writes
-    take microseconds; a writer thread would convoy on the GIL); only ``fsync`` runs in a
-    thread, once per batch of whatever finished meanwhile.
+    Transcripts, images and the record line are encoded and written on the event loop by the
+    writer's own task, a slice at a time (page-cache writes take microseconds; a writer thread
+    would convoy on the GIL); only ``fsync`` runs in a thread, once per batch of whatever
+    finished meanwhile. The run's metrics are fed from here too, off the episode's own path.
     """
 
     def __init__(self, folder: RunFolder, run: str) -> None:
         self.folder = folder
         self.run = run
-        self._pending: list[asyncio.Future[None]] = []
+        self._pending: list[tuple[EpisodeResult | EncodedResult, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -170,11 +173,8 @@ class ResultWriter:
         self._task = asyncio.create_task(self._loop(), name="result-writer")
 
     async def write(self, result: EpisodeResult | EncodedResult) -> None:
-        if isinstance(result, EpisodeResult):
-            result = EncodedResult.of(result, self.run)
-        self._write(result)
         future = asyncio.get_running_loop().create_future()
-        self._pending.append(future)
+        self._pending.append((result, future))
         self._wake.set()
         await future
 
@@ -190,21 +190,28 @@ class ResultWriter:
         self._file.write(json.dumps(record) + "\n")
 
     async def _loop(self) -> None:
+        pacer = Pacer()
         while True:
             await self._wake.wait()
             self._wake.clear()
             batch, self._pending = self._pending, []
             if batch:
                 try:
+                    for result, _ in batch:
+                        if isinstance(result, EpisodeResult):
+                            tracing.record_episode(result)  # the run's metrics
+                            result = EncodedResult.of(result, self.run)
+                        self._write(result)
+                        await pacer.breathe()
                     self._transcripts.flush()
                     self._file.flush()
                     await asyncio.to_thread(self._sync)
                 except BaseException as exc:
-                    for future in batch:
+                    for _, future in batch:
                         if not future.done():
                             future.set_exception(exc)
                     raise
-                for future in batch:
+                for _, future in batch:
                     if not future.done():
                         future.set_result(None)
             if self._closing and not self._pending:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +16,7 @@ from opentelemetry import trace
 
 import bus as bus_module
 from bus.base import Bus
-from observability.loop_lag import LoopLagProbe
+from bus.loop import LoopLagProbe, responsive_gc
 from observability.tracing import Tracing
 from runtime.actor import ActorHost
 from runtime.config import ExperimentConfig
@@ -99,9 +98,10 @@ class Scheduler:
             async with anyio.create_task_group() as tg:
                 for n in range(min(self.concurrency, len(self.specs))):
                     tg.start_soon(worker)
-                    if n % 64 == 63:
+                    if n % 16 == 15:
                         # Let the started episodes get going: 2,000 starting in one loop
-                        # iteration would stall everything else for most of a second.
+                        # iteration would stall everything else for most of a second (an
+                        # episode's start takes a millisecond or two).
                         await anyio.sleep(0)
         finally:
             if recording:
@@ -127,42 +127,6 @@ class Scheduler:
             progress.failed += 1
         if self.on_result is not None:
             self.on_result(result)
-
-
-@contextlib.asynccontextmanager
-async def run_gc(young: int = 10_000, full_every_s: float = 300.0) -> AsyncIterator[None]:
-    """Collect garbage the way a run of thousands of live episodes needs.
-
-    CPython's defaults rescan every long-lived object ever more often as the heap grows: with
-    thousands of episodes in flight, a pass over the older generations stalls the event loop
-    for hundreds of milliseconds, and collection took up to 40 % of a run. Yet a run makes
-    almost no cyclic garbage (measured: about 3 objects per episode; turns free their objects by
-    reference counting), so during the run only the young generation is collected, which still
-    catches short-lived cycles such as a caught exception and its traceback; what survives it is
-    not scanned again until a full collection every ``full_every_s`` seconds, which bounds what
-    a game that leaks cycles can hold. Objects from before the run are frozen out of every scan.
-    The previous settings are restored afterwards.
-    """
-    before = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    # The older generations' thresholds are out of reach: their passes come only from the task.
-    gc.set_threshold(young, 1_000_000_000, 1_000_000_000)
-
-    async def collect_now_and_then() -> None:
-        while True:
-            await asyncio.sleep(full_every_s)
-            gc.collect()
-
-    task = asyncio.create_task(collect_now_and_then(), name="full-gc")
-    try:
-        yield
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        gc.set_threshold(*before)
-        gc.unfreeze()
 
 
 @dataclass
@@ -261,7 +225,7 @@ async def run_experiment(
     probe = LoopLagProbe().start()
     try:
         async with contextlib.AsyncExitStack() as stack:
-            await stack.enter_async_context(run_gc())
+            await stack.enter_async_context(responsive_gc())
             if the_bus is not None:
                 await stack.enter_async_context(the_bus)
             models = await stack.enter_async_context(open_models(config.models, folder.path, todo))

@@ -36,14 +36,15 @@ from opentelemetry import trace
 import bus as bus_module
 from agents.backends.pool import ModelPool
 from agents.backends.spec import ModelSpec
+from bus import loop as event_loop
+from bus.loop import LoopLagProbe, Pacer, responsive_gc
 from observability import tracing as tracing_module
-from observability.loop_lag import LoopLagProbe
 from observability.tracing import Tracing, span_context
 from runtime.config import ExperimentConfig
 from runtime.episode import EpisodeOptions, EpisodeResult
 from runtime.experiment import EpisodeSpec
 from runtime.results import EncodedResult, ResultWriter
-from runtime.scheduler import Progress, Scheduler, run_gc
+from runtime.scheduler import Progress, Scheduler
 
 log = logging.getLogger("parley.workers")
 
@@ -256,15 +257,42 @@ class WorkerScheduler:
 
 
 class _FrameSink:
-    """Where a worker's scheduler writes finished episodes: back to the parent, as frames."""
+    """Where a worker's scheduler writes finished episodes: back to the parent, as frames.
+
+    Like the parent's writer, it records the run's metrics and encodes each episode on its own
+    task, a slice at a time (see :class:`~bus.loop.Pacer`); ``write`` returns once the frame
+    is handed to the socket.
+    """
 
     def __init__(self, link: asyncio.StreamWriter, run: str) -> None:
         self.link = link
         self.run = run
+        self._queue: asyncio.Queue[tuple[EpisodeResult, asyncio.Future[None]]] = asyncio.Queue()
+        self._task = asyncio.create_task(self._send(), name="result-frames")
 
     async def write(self, result: EpisodeResult) -> None:
-        self.link.write(frame(b"R", pack_result(EncodedResult.of(result, self.run))))
-        await self.link.drain()
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((result, future))
+        await future
+
+    async def _send(self) -> None:
+        pacer = Pacer()
+        while True:
+            result, future = await self._queue.get()
+            try:
+                tracing_module.record_episode(result)
+                self.link.write(frame(b"R", pack_result(EncodedResult.of(result, self.run))))
+                await self.link.drain()
+            except Exception as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+            await pacer.breathe()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
 
 
 async def _listen(reader: asyncio.StreamReader, scheduler: Scheduler) -> None:
@@ -297,7 +325,8 @@ async def play_job(
     tracing.activate()
     the_bus = tracing.wrap_bus(bus_module.connect(worker_bus_url(url, worker)))
     options = episode_options(config, run_id)
-    scheduler = Scheduler(specs, the_bus, _FrameSink(link, run_id), options, job["concurrency"])  # type: ignore[arg-type]
+    sink = _FrameSink(link, run_id)
+    scheduler = Scheduler(specs, the_bus, sink, options, job["concurrency"])  # type: ignore[arg-type]
     listener = asyncio.create_task(_listen(reader, scheduler))
     probe = LoopLagProbe().start()
     context = span_context(job.get("traceparent"))
@@ -311,11 +340,12 @@ async def play_job(
         pool.mark_failed(name, reason)
     options.models = pool
     try:
-        async with run_gc(), the_bus, pool:
+        async with responsive_gc(), the_bus, pool:
             await scheduler.run(parent)
         stats = pool.stats()
     finally:
         lag = await probe.stop()
+        await sink.close()
         listener.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await listener
@@ -364,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ctrl-C reaches the whole process group: the parent decides, and tells us with a frame.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="worker %(process)d: %(message)s")
-    return asyncio.run(_serve(int(args[0])))
+    return event_loop.run(_serve(int(args[0])))
 
 
 if __name__ == "__main__":

@@ -41,6 +41,8 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agents.tokens import count_tokens
+from bus import loop as event_loop
+from bus.loop import LoopLagProbe, responsive_gc
 
 IMAGE_TOKENS = 85  # what one image counts for in the reported usage
 
@@ -191,6 +193,9 @@ class SimServer:
         self.peak_queued = 0
         self.running = 0
         self.waiting = 0
+        # How late the server's own loop runs (started by serve()): a benchmark whose replies
+        # come late because the stand-in server is short of CPU should be able to tell.
+        self.lag: LoopLagProbe | None = None
         self.configure(config)
 
     def configure(self, config: SimConfig) -> None:
@@ -234,6 +239,7 @@ class SimServer:
                 "in_flight": self.in_flight,
                 "peak_in_flight": self.peak_in_flight,
                 "peak_queued": self.peak_queued,
+                "loop_lag": self.lag.summary() if self.lag is not None else None,
             }
         )
 
@@ -251,6 +257,8 @@ class SimServer:
         self.stats.clear()
         self.peak_in_flight = self.in_flight
         self.peak_queued = 0
+        if self.lag is not None:
+            self.lag.samples.clear()
         return web.json_response({"ok": True})
 
     # --- the APIs -----------------------------------------------------------------------------
@@ -571,6 +579,7 @@ def _sse(api: str, event: dict[str, Any]) -> bytes:
 async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
     """Run until SIGTERM/SIGINT; prints ``listening on URL`` once ready."""
     server = SimServer(config)
+    server.lag = LoopLagProbe().start()
     runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096, shutdown_timeout=0.5)
@@ -582,7 +591,10 @@ async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> No
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    # Thousands of requests in flight: the same collection policy as a run's (bus/loop.py).
+    async with responsive_gc():
+        await stop.wait()
+    await server.lag.stop()
     await runner.cleanup()
 
 
@@ -623,7 +635,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.api_key_env:
         config = config.model_copy(update={"api_key_env": args.api_key_env})
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(config, args.host, args.port))
+        event_loop.run(serve(config, args.host, args.port))
     return 0
 
 

@@ -95,6 +95,24 @@ async def test_two_workers_play_the_same_episodes_as_one_process(tmp_path: Path)
     spans = [s for s in _spans(two.folder.path) if s["name"].startswith("episode ")]
     assert len(spans) == 24
     assert {s["resource"].get("parley.worker") for s in spans} == {0, 1}
+    # And both fed the run's metrics: the last export of each counts its own episodes.
+    assert sum(_episodes_counted(two.folder.path).values()) == 24
+
+
+def _episodes_counted(path: Path) -> dict[Any, int]:
+    """Per worker, the ``parley.episodes`` count of its last metrics export."""
+    import json
+
+    counted: dict[Any, int] = {}
+    for line in (path / "metrics.jsonl").read_text().splitlines():
+        for rm in json.loads(line)["resource_metrics"]:
+            worker = rm["resource"]["attributes"].get("parley.worker")
+            for sm in rm["scope_metrics"]:
+                for metric in sm["metrics"]:
+                    if metric["name"] == "parley.episodes":
+                        points = metric["data"]["data_points"]
+                        counted[worker] = sum(p["value"] for p in points)
+    return counted
 
 
 def _spans(path: Path) -> list[dict[str, Any]]:
