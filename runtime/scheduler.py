@@ -194,6 +194,7 @@ async def run_experiment(
         folder.path,
         enabled=config.tracing.enabled,
         content=config.tracing.content,
+        sample=config.tracing.sample,
         messages=messages,
         attributes={"parley.run": run_id},
     )

@@ -319,6 +319,7 @@ async def play_job(
         Path(job["folder"]),
         enabled=config.tracing.enabled,
         content=config.tracing.content,
+        sample=config.tracing.sample,
         messages=job["messages"],
         attributes={"parley.run": run_id, "parley.worker": worker},
     )
