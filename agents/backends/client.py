@@ -855,33 +855,44 @@ class ModelClient:
         self, endpoint: Endpoint, body: dict[str, Any], record: dict[str, Any]
     ) -> Reply:
         spec = self.spec
+        limiter = endpoint.limiter
         endpoint.outstanding += 1
         queued = time.monotonic()
         try:
-            async with endpoint.limiter:
+            if not limiter.try_acquire():
+                await limiter.acquire()
+            try:
                 sent = time.monotonic()
                 if sent - queued > 0.0005:
                     record["queued_s"] = round(sent - queued, 4)
-                with self.tracer().start_as_current_span(
-                    f"chat {spec.model}",
-                    kind=trace.SpanKind.CLIENT,
-                    attributes={
-                        "gen_ai.operation.name": "chat",
-                        "gen_ai.provider.name": self.backend.provider,
-                        "gen_ai.request.model": spec.model,
-                        "gen_ai.request.max_tokens": int(body.get("max_tokens") or 0),
-                        "server.address": endpoint.url,
-                        "parley.model": self.name,
-                        "parley.attempt": int(record["attempt"]),
-                    },
-                    # Exceptions carry server messages: the span gets the scrubbed kind only.
-                    record_exception=False,
-                    set_status_on_exception=False,
-                ) as span:
-                    # The episode, set as baggage by the runtime around the agent's turn.
-                    conversation = baggage.get_baggage("gen_ai.conversation.id")
-                    if conversation:
-                        span.set_attribute("gen_ai.conversation.id", str(conversation))
+                tracer = self.tracer()
+                if isinstance(tracer, trace.NoOpTracer):
+                    # Tracing off: no span, and no attributes built for one.
+                    span_context: Any = _NO_SPAN
+                else:
+                    span_context = tracer.start_as_current_span(
+                        f"chat {spec.model}",
+                        kind=trace.SpanKind.CLIENT,
+                        attributes={
+                            "gen_ai.operation.name": "chat",
+                            "gen_ai.provider.name": self.backend.provider,
+                            "gen_ai.request.model": spec.model,
+                            "gen_ai.request.max_tokens": int(body.get("max_tokens") or 0),
+                            "server.address": endpoint.url,
+                            "parley.model": self.name,
+                            "parley.attempt": int(record["attempt"]),
+                        },
+                        # Exceptions carry server messages: the span gets the scrubbed kind only.
+                        record_exception=False,
+                        set_status_on_exception=False,
+                    )
+                with span_context as span:
+                    recording = span.is_recording()
+                    if recording:
+                        # The episode, set as baggage by the runtime around the agent's turn.
+                        conversation = baggage.get_baggage("gen_ai.conversation.id")
+                        if conversation:
+                            span.set_attribute("gen_ai.conversation.id", str(conversation))
                     try:
                         async with asyncio.timeout(spec.timeout_s):
                             reply = await endpoint.send(body, spec.stream)
@@ -900,22 +911,33 @@ class ModelClient:
                     record["latency_s"] = round(latency, 4)
                     if reply.ttft_s is not None:
                         record["ttft_s"] = round(reply.ttft_s, 4)
-                    if reply.usage is not None:
+                    usage = reply.usage
+                    if usage is not None:
                         record["usage"] = {
-                            "input": reply.usage.input_tokens,
-                            "output": reply.usage.output_tokens,
+                            "input": usage.input_tokens,
+                            "output": usage.output_tokens,
                         }
-                        span.set_attribute("gen_ai.usage.input_tokens", reply.usage.input_tokens)
-                        span.set_attribute("gen_ai.usage.output_tokens", reply.usage.output_tokens)
+                        if recording:
+                            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
+                            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
                     if reply.finish_reason:
                         record["finish_reason"] = reply.finish_reason
-                        span.set_attribute("gen_ai.response.finish_reasons", [reply.finish_reason])
-                    if reply.model:
+                        if recording:
+                            span.set_attribute(
+                                "gen_ai.response.finish_reasons", [reply.finish_reason]
+                            )
+                    if reply.model and recording:
                         span.set_attribute("gen_ai.response.model", reply.model)
                     endpoint.succeeded()
                     return reply
+            finally:
+                limiter.release()
         finally:
             endpoint.outstanding -= 1
+
+
+# What a model call runs in when tracing is off (the tracer is a no-op one).
+_NO_SPAN = contextlib.nullcontext(trace.INVALID_SPAN)
 
 
 def api_key(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:

@@ -45,9 +45,15 @@ class AdaptiveLimiter:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    async def acquire(self) -> None:
+    def try_acquire(self) -> bool:
+        """Take a slot if one is free and nobody waits for it (no coroutine, no await)."""
         if self.in_flight < int(self.limit) and not self._waiters:
             self._take()
+            return True
+        return False
+
+    async def acquire(self) -> None:
+        if self.try_acquire():
             return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
@@ -64,7 +70,8 @@ class AdaptiveLimiter:
 
     def _take(self) -> None:
         self.in_flight += 1
-        self.peak = max(self.peak, self.in_flight)
+        if self.in_flight > self.peak:
+            self.peak = self.in_flight
 
     def release(self) -> None:
         self.in_flight -= 1

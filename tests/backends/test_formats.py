@@ -225,3 +225,18 @@ async def test_the_limiter_caps_requests_in_flight_first_come_first_served() -> 
 
     await asyncio.gather(*(job(i) for i in range(12)))
     assert peak == 3 and order == list(range(12)) and limiter.in_flight == 0
+
+
+@pytest.mark.anyio
+async def test_try_acquire_takes_a_free_slot_but_never_one_a_waiter_is_owed() -> None:
+    limiter = AdaptiveLimiter(start=1)
+    assert limiter.try_acquire() and limiter.in_flight == 1 and limiter.peak == 1
+    assert not limiter.try_acquire()
+    waiter = asyncio.create_task(limiter.acquire())
+    await asyncio.sleep(0)
+    limiter.limit = 2.0  # a slot frees up, but the waiter came first
+    assert not limiter.try_acquire()
+    limiter.release()  # hands the freed slot to the waiter
+    await waiter
+    assert limiter.in_flight == 1 and limiter.waiting == 0
+    assert limiter.try_acquire() and limiter.in_flight == 2
