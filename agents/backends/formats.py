@@ -97,12 +97,13 @@ def prepare(
     limited for ``spec``; a last message that is not the user's gets a short turn prompt."""
     report = ImageReport()
     system_parts: list[str] = []
-    total_images = sum(
-        1 for m in messages if m.role != "system" for p in m.content if isinstance(p, ImagePart)
-    )
     keep_from = 0
-    if spec.images and spec.max_images is not None and total_images > spec.max_images:
-        keep_from = total_images - spec.max_images  # keep the most recent ones
+    if spec.images and spec.max_images is not None:
+        total_images = sum(
+            1 for m in messages if m.role != "system" for p in m.content if isinstance(p, ImagePart)
+        )
+        if total_images > spec.max_images:
+            keep_from = total_images - spec.max_images  # keep the most recent ones
     seen_images = 0
     out: list[tuple[str, list[Block]]] = []
     for message in messages:
@@ -164,9 +165,12 @@ def fit_max_tokens(
 
 
 def _openai_content(blocks: list[Block]) -> str | list[dict[str, Any]]:
-    if all(b[0] == "text" for b in blocks):
+    for block in blocks:
+        if block[0] != "text":
+            break
+    else:
         # Plain strings work with every OpenAI-compatible server, also text-only ones.
-        return "\n\n".join(b[1] for b in blocks)
+        return blocks[0][1] if len(blocks) == 1 else "\n\n".join(b[1] for b in blocks)
     content: list[dict[str, Any]] = []
     for block in blocks:
         if block[0] == "text":
