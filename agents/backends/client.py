@@ -870,29 +870,28 @@ class ModelClient:
                     # Tracing off: no span, and no attributes built for one.
                     span_context: Any = _NO_SPAN
                 else:
+                    attributes: dict[str, Any] = {
+                        "gen_ai.operation.name": "chat",
+                        "gen_ai.provider.name": self.backend.provider,
+                        "gen_ai.request.model": spec.model,
+                        "gen_ai.request.max_tokens": int(body.get("max_tokens") or 0),
+                        "server.address": endpoint.url,
+                        "parley.model": self.name,
+                        "parley.attempt": int(record["attempt"]),
+                    }
+                    # The episode, set as baggage by the runtime around the agent's turn.
+                    conversation = baggage.get_baggage("gen_ai.conversation.id")
+                    if conversation:
+                        attributes["gen_ai.conversation.id"] = str(conversation)
                     span_context = tracer.start_as_current_span(
                         f"chat {spec.model}",
                         kind=trace.SpanKind.CLIENT,
-                        attributes={
-                            "gen_ai.operation.name": "chat",
-                            "gen_ai.provider.name": self.backend.provider,
-                            "gen_ai.request.model": spec.model,
-                            "gen_ai.request.max_tokens": int(body.get("max_tokens") or 0),
-                            "server.address": endpoint.url,
-                            "parley.model": self.name,
-                            "parley.attempt": int(record["attempt"]),
-                        },
+                        attributes=attributes,
                         # Exceptions carry server messages: the span gets the scrubbed kind only.
                         record_exception=False,
                         set_status_on_exception=False,
                     )
                 with span_context as span:
-                    recording = span.is_recording()
-                    if recording:
-                        # The episode, set as baggage by the runtime around the agent's turn.
-                        conversation = baggage.get_baggage("gen_ai.conversation.id")
-                        if conversation:
-                            span.set_attribute("gen_ai.conversation.id", str(conversation))
                     try:
                         async with asyncio.timeout(spec.timeout_s):
                             reply = await endpoint.send(body, spec.stream)
@@ -917,17 +916,19 @@ class ModelClient:
                             "input": usage.input_tokens,
                             "output": usage.output_tokens,
                         }
-                        if recording:
-                            span.set_attribute("gen_ai.usage.input_tokens", usage.input_tokens)
-                            span.set_attribute("gen_ai.usage.output_tokens", usage.output_tokens)
                     if reply.finish_reason:
                         record["finish_reason"] = reply.finish_reason
-                        if recording:
-                            span.set_attribute(
-                                "gen_ai.response.finish_reasons", [reply.finish_reason]
-                            )
-                    if reply.model and recording:
-                        span.set_attribute("gen_ai.response.model", reply.model)
+                    if span.is_recording():
+                        # One call: the SDK takes its lock once per call.
+                        done: dict[str, Any] = {}
+                        if usage is not None:
+                            done["gen_ai.usage.input_tokens"] = usage.input_tokens
+                            done["gen_ai.usage.output_tokens"] = usage.output_tokens
+                        if reply.finish_reason:
+                            done["gen_ai.response.finish_reasons"] = [reply.finish_reason]
+                        if reply.model:
+                            done["gen_ai.response.model"] = reply.model
+                        span.set_attributes(done)
                     endpoint.succeeded()
                     return reply
             finally:
