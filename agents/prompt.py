@@ -66,9 +66,13 @@ class Prompt:
         """The prompt with images by reference, for the transcript."""
         messages = list(self.messages())
         for i, m in enumerate(messages):
-            if any(isinstance(p, ImagePart) and p.data is not None for p in m.content):
-                content = [p.by_reference() if isinstance(p, ImagePart) else p for p in m.content]
-                messages[i] = _message(m.role, content)
+            for part in m.content:
+                if isinstance(part, ImagePart) and part.data is not None:
+                    content = [
+                        p.by_reference() if isinstance(p, ImagePart) else p for p in m.content
+                    ]
+                    messages[i] = _message(m.role, content)
+                    break
         return messages
 
     @property

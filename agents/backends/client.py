@@ -444,6 +444,8 @@ class _Connection(asyncio.Protocol):
                 self._keep = False  # more than was announced: do not trust what follows
             body = bytes(buffer[: self._length])
         elif self._length == -1:
+            if not buffer.endswith(b"\r\n\r\n"):
+                return  # the last chunk and (optional) trailers end so: not yet
             decoded = _dechunk(buffer)
             if decoded is None:
                 return

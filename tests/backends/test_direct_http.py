@@ -50,8 +50,10 @@ class Scripted:
                 answer = self.answers.pop(0)
                 if answer is None:
                     break
-                writer.write(answer)
-                await writer.drain()
+                for piece in answer.split(b"|PAUSE|"):  # sent in pieces, with pauses between
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0.01)
                 if b"connection: close" in answer.lower():
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -207,3 +209,16 @@ def test_json_bodies_read_as_the_standard_library_reads_them(
     assert math.isnan(client_module._loads(b'{"x": NaN}')["x"])
     with pytest.raises(json.JSONDecodeError):
         client_module._loads(b"<html>not json</html>")
+
+
+async def test_a_chunked_body_that_arrives_in_pieces(scripted: Any) -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n|PAUSE|"
+        b"6\r\nab\r\n\r\n\r\n|PAUSE|3\r\ncd|PAUSE|e\r\n0\r\n|PAUSE|\r\n"
+    )
+    server = await scripted([chunked, ok()])
+    pool = _HttpPool(server.url, HEADERS, 5.0)
+    assert (await pool.post(b"1"))[2] == b"ab\r\n\r\ncde"
+    assert (await pool.post(b"2"))[2] == b'{"ok": true}'
+    assert server.connections == 1
+    pool.close()
