@@ -7,7 +7,7 @@ that ideal, event-loop lag (p50/p99 of how late a 10 ms timer fires), peak memor
 the runtime process and of the server.
 
     python benchmarks/concurrency.py                       # 2,000 at once, 1 s per reply
-    python benchmarks/concurrency.py --workers 2              # the episodes in 2 processes
+    python benchmarks/concurrency.py --workers 1              # all in one process
     python benchmarks/concurrency.py --concurrency 500 --episodes 1500 --profile
 
 Writes benchmarks/results/concurrency.json (and concurrency.prof with --profile).
@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 from agents.backends.simserver import SimServerProcess  # noqa: E402
 from bus import loop as event_loop  # noqa: E402
 from runtime.config import load_config  # noqa: E402
-from runtime.scheduler import run_experiment  # noqa: E402
+from runtime.scheduler import run_experiment, worker_count  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -222,13 +222,16 @@ def main() -> int:
         "--transport", choices=["direct", "sdk"], default="direct", help="model entry transport"
     )
     parser.add_argument(
-        "--workers", type=int, default=1, help="processes playing the episodes (config workers:)"
+        "--workers",
+        default="auto",
+        help="processes playing the episodes, as the config's workers: (default auto: one per core)",
     )
     parser.add_argument(
-        "--profile", action="store_true", help="cProfile the runtime process (with --workers 1)"
+        "--profile", action="store_true", help="cProfile this process (use with --workers 1)"
     )
     args = parser.parse_args()
     args.episodes = args.episodes or 3 * args.concurrency
+    args.workers = worker_count(args.workers)
     with SimServerProcess(sim_config(args.latency)) as sim:
         profiler = cProfile.Profile() if args.profile else None
         if profiler is not None:
