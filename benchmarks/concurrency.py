@@ -54,7 +54,13 @@ def sim_config(latency: float) -> dict[str, Any]:
 
 
 def run_config(
-    url: str, episodes: int, concurrency: int, tracing: bool, transport: str, workers: int
+    url: str,
+    episodes: int,
+    concurrency: int,
+    tracing: bool,
+    transport: str,
+    workers: int,
+    sample: float = 1.0,
 ) -> Any:
     limits = {"start": 4096, "min": 64, "max": 4096}
     common = {
@@ -69,7 +75,7 @@ def run_config(
             "name": "bench-concurrency",
             "concurrency": concurrency,
             "workers": workers,
-            "tracing": {"enabled": tracing},
+            "tracing": {"enabled": tracing, "sample": sample},
             "models": {
                 "solver": {"model": "sim-solver", **common},
                 "expert": {"model": "sim-expert", **common},
@@ -159,6 +165,7 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
         not args.no_tracing,
         args.transport,
         args.workers,
+        args.trace_sample,
     )
     server = psutil.Process(sim.process.pid)
     server_cpu0 = sum(server.cpu_times()[:2])
@@ -187,6 +194,7 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
         "concurrent_episodes": args.concurrency,
         "latency_s": args.latency,
         "tracing": not args.no_tracing,
+        "trace_sample": args.trace_sample,
         "transport": args.transport,
         "workers": args.workers,
         "outcomes": outcomes,
@@ -218,6 +226,9 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, help="episodes in all (default 3 × concurrency)")
     parser.add_argument("--latency", type=float, default=1.0, help="seconds per reply")
     parser.add_argument("--no-tracing", action="store_true", help="turn span recording off")
+    parser.add_argument(
+        "--trace-sample", type=float, default=1.0, help="share of episodes traced (tracing.sample)"
+    )
     parser.add_argument(
         "--transport", choices=["direct", "sdk"], default="direct", help="model entry transport"
     )
@@ -256,7 +267,11 @@ def main() -> int:
     rows = [
         ("episodes at once", f"{result['concurrent_episodes']:,}"),
         ("latency per reply", f"{result['latency_s']:g} s"),
-        ("transport, tracing", f"{result['transport']}, {'on' if result['tracing'] else 'off'}"),
+        (
+            "transport, tracing",
+            f"{result['transport']}, "
+            + (f"on, sample {args.trace_sample:g}" if result["tracing"] else "off"),
+        ),
         ("worker processes", str(result["workers"])),
         ("ideal requests/s", f"{result['ideal_requests_per_s']:,.0f}"),
         ("achieved requests/s (steady)", f"{result['achieved_requests_per_s']:,.0f}"),

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -148,10 +149,16 @@ def _span_record(span: ReadableSpan) -> dict[str, Any]:
 
 
 _LINE = (
-    '{"name": %s, "trace_id": "%032x", "span_id": "%016x", "parent_id": %s, "kind": "%s", '
-    '"start_ns": %d, "end_ns": %d, "status": "%s", "status_message": %s, "attributes": %s, '
-    '"events": %s, "links": %s, "resource": %s}\n'
+    b'{"name": %s, "trace_id": "%032x", "span_id": "%016x", "parent_id": %s, "kind": "%s", '
+    b'"start_ns": %d, "end_ns": %d, "status": "%s", "status_message": %s, "attributes": %s, '
+    b'"events": %s, "links": %s, "resource": %s}\n'
 )
+_NULL = b"null"
+
+
+def _json(value: Any) -> bytes:
+    """``value`` as JSON; anything JSON has no type for as its ``str``."""
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
 
 
 class JsonlSpanExporter(SpanExporter):
@@ -165,46 +172,44 @@ class JsonlSpanExporter(SpanExporter):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self.path.open("ab")
         self._lock = threading.Lock()
-        self._resources: dict[int, str] = {}
+        self._resources: dict[int, bytes] = {}
 
-    def _resource_json(self, span: ReadableSpan) -> str:
+    def _resource_json(self, span: ReadableSpan) -> bytes:
         key = id(span.resource)
         found = self._resources.get(key)
         if found is None:
-            found = json.dumps(dict(span.resource.attributes), default=str)
+            found = _json(dict(span.resource.attributes))
             self._resources[key] = found
         return found
 
-    def _line(self, span: ReadableSpan) -> str:
-        dumps = json.dumps
+    def _line(self, span: ReadableSpan) -> bytes:
         ctx = span.get_span_context()
         parent = span.parent
         status = span.status
         attributes = span.attributes
-        events = span.events
-        links = span.links
+        record = _span_record(span) if span.events or span.links else None
         return _LINE % (
-            dumps(span.name),
+            _json(span.name),
             ctx.trace_id,
             ctx.span_id,
-            f'"{parent.span_id:016x}"' if parent else "null",
-            span.kind.name,
+            b'"%016x"' % parent.span_id if parent else _NULL,
+            span.kind.name.encode(),
             span.start_time or 0,
             span.end_time or 0,
-            status.status_code.name,
-            dumps(status.description),
-            dumps(dict(attributes), default=str) if attributes else "{}",
-            dumps(_span_record(span)["events"], default=str) if events else "[]",
-            dumps(_span_record(span)["links"]) if links else "[]",
+            status.status_code.name.encode(),
+            _json(status.description) if status.description is not None else _NULL,
+            _json(dict(attributes)) if attributes else b"{}",
+            _json(record["events"]) if record and record["events"] else b"[]",
+            _json(record["links"]) if record and record["links"] else b"[]",
             self._resource_json(span),
         )
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.write("".join(self._line(s) for s in spans))
+        return self.write(b"".join(self._line(s) for s in spans))
 
-    def write(self, lines: str) -> SpanExportResult:
+    def write(self, lines: bytes) -> SpanExportResult:
         """Append ready-made lines (the shape :meth:`_line` gives)."""
         with self._lock:
             if self._file.closed:
@@ -238,7 +243,7 @@ class JsonlSpanWriter(SpanProcessor):
         self.exporter = exporter
         self.batch = batch
         self.interval_s = interval_s
-        self._lines: list[str] = []
+        self._lines: list[bytes] = []
         self._lock = threading.Lock()
         self._written = time.monotonic()
 
@@ -258,7 +263,7 @@ class JsonlSpanWriter(SpanProcessor):
         lines, self._lines = self._lines, []
         self._written = time.monotonic()
         if lines:
-            self.exporter.write("".join(lines))
+            self.exporter.write(b"".join(lines))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         with self._lock:
