@@ -368,7 +368,8 @@ class _Connection(asyncio.Protocol):
             waiter.set_exception(aiohttp.ServerDisconnectedError())
 
     def eof_received(self) -> bool:
-        return False  # close: a half-closed connection cannot carry another request
+        self.lost = True  # not to be reused: the transport closes, connection_lost follows
+        return False
 
     def data_received(self, data: bytes) -> None:
         if self._waiter is None:
@@ -535,7 +536,12 @@ class _HttpPool:
         now = time.monotonic()
         while self._idle:
             candidate = self._idle.pop()
-            if not candidate.lost and now - candidate.idle_since < _KEEPALIVE_S:
+            if (
+                not candidate.lost
+                and now - candidate.idle_since < _KEEPALIVE_S
+                and candidate.transport is not None
+                and not candidate.transport.is_closing()
+            ):
                 conn = candidate
                 break
             candidate.close()
