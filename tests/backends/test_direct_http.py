@@ -18,6 +18,16 @@ from agents.backends.client import Failure, _HttpPool, classify
 
 pytestmark = pytest.mark.anyio
 
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def anyio_backend(request: pytest.FixtureRequest) -> Any:
+    """Both loops a run may use (uvloop where installed)."""
+    if request.param == "asyncio":
+        return "asyncio"
+    pytest.importorskip("uvloop")
+    return ("asyncio", {"use_uvloop": True})
+
+
 Answer = Callable[[bytes], bytes | None]  # request bytes → raw response (None: hang up)
 
 
