@@ -100,6 +100,13 @@ class RunFolder:
     def records(self) -> list[dict[str, Any]]:
         return read_records(self.episodes)
 
+    def note(self, **fields: Any) -> None:
+        """Add ``fields`` to ``run.json`` (e.g. the event-loop lag a run saw)."""
+        meta_file = self.path / "run.json"
+        meta = json.loads(meta_file.read_text())
+        meta.update(fields)
+        meta_file.write_text(json.dumps(meta, indent=2))
+
     def finished_ids(self) -> set[str]:
         return {r["episode"] for r in self.records() if r["outcome"] in FINISHED}
 

@@ -241,6 +241,7 @@ async def run_experiment(
         loop_lag, errors = scheduler.loop_lag, scheduler.errors
     else:
         loop_lag, errors = [lag], []
+    folder.note(workers=processes, loop_lag=loop_lag, errors=errors)
     return RunOutcome(
         folder,
         run_id,

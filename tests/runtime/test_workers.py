@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,8 @@ async def test_two_workers_play_the_same_episodes_as_one_process(tmp_path: Path)
     assert [x["worker"] for x in sorted(two.loop_lag, key=lambda x: x["worker"])] == [0, 1]
     assert all(x["samples"] > 0 for x in two.loop_lag)
     assert len(one.loop_lag) == 1
+    meta = json.loads((two.folder.path / "run.json").read_text())
+    assert meta["workers"] == 2 and meta["loop_lag"] == two.loop_lag and meta["errors"] == []
     # Every transcript is whole in the parent's single transcripts file.
     folder = RunFolder(two.folder.path)
     for record in two.records:
@@ -101,8 +104,6 @@ async def test_two_workers_play_the_same_episodes_as_one_process(tmp_path: Path)
 
 def _episodes_counted(path: Path) -> dict[Any, int]:
     """Per worker, the ``parley.episodes`` count of its last metrics export."""
-    import json
-
     counted: dict[Any, int] = {}
     for line in (path / "metrics.jsonl").read_text().splitlines():
         for rm in json.loads(line)["resource_metrics"]:
