@@ -17,10 +17,7 @@ import email.utils
 import json
 import os
 import random
-import ssl
 import time
-import urllib.parse
-import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +27,8 @@ import aiohttp
 import anthropic
 import httpx2
 import openai
+import orjson
+import yarl
 from opentelemetry import baggage, trace
 
 from agents.backends.formats import (
@@ -48,33 +47,25 @@ from agents.backends.limiter import AdaptiveLimiter
 from agents.backends.spec import GenerationParams, ModelSpec
 from bus.messages import PromptMessage
 
-try:
-    import orjson as _orjson
-except ImportError:  # optional: the standard library gives the same JSON, with more CPU
-    _orjson = None  # type: ignore[assignment]
-
 TracerFn = Callable[[], trace.Tracer]
 
 
 def _dumps(value: Any) -> bytes:
-    """A request body as JSON bytes (orjson when installed: several times less CPU)."""
-    if _orjson is not None:
-        try:
-            return _orjson.dumps(value, option=_orjson.OPT_NON_STR_KEYS)
-        except TypeError:
-            pass  # what orjson refuses (integers over 64 bits…): let the standard library try
-    return json.dumps(value).encode()
+    """A request body as JSON bytes (orjson: several times less CPU than the standard library,
+    which still takes what orjson refuses, such as integers over 64 bits)."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:
+        return json.dumps(value).encode()
 
 
 def _loads(data: bytes) -> Any:
-    """A response body parsed (orjson when installed; the standard library for what orjson
-    refuses — NaN, huge integers, not JSON at all — so that errors read as before)."""
-    if _orjson is not None:
-        try:
-            return _orjson.loads(data)
-        except _orjson.JSONDecodeError:
-            pass
-    return json.loads(data)
+    """A response body parsed (orjson; the standard library for what orjson refuses — NaN,
+    huge integers, not JSON at all — so that errors read as before)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
 
 
 class ModelUnavailable(RuntimeError):
@@ -331,307 +322,28 @@ class AnthropicBackend(Backend):
 BACKENDS: dict[str, Backend] = {"openai": OpenAIBackend(), "anthropic": AnthropicBackend()}
 
 
-# (status, lower-cased headers, body, keep the connection?)
-_Response = tuple[int, dict[str, str], bytes, bool]
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection of :class:`_HttpPool`: one request at a time, the
-    response (status, lower-cased headers, body) read whole."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.lost = False
-        self.idle_since = 0.0
-        self._buffer = bytearray()
-        self._waiter: asyncio.Future[_Response] | None = None
-        self._status = 0
-        self._headers: dict[str, str] | None = None
-        self._length = -1  # body bytes to read; -1: chunked; -2: until the connection closes
-        self._keep = True
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.lost = True
-        waiter, self._waiter = self._waiter, None
-        if waiter is None or waiter.done():
-            return
-        if self._headers is not None and self._length == -2:
-            waiter.set_result((self._status, self._headers, bytes(self._buffer), False))
-        elif self._headers is not None or self._buffer:
-            waiter.set_exception(
-                aiohttp.ClientPayloadError("Response payload is not completed: connection lost")
-            )
-        else:
-            waiter.set_exception(aiohttp.ServerDisconnectedError())
-
-    def eof_received(self) -> bool:
-        self.lost = True  # not to be reused: the transport closes, connection_lost follows
-        return False
-
-    def data_received(self, data: bytes) -> None:
-        if self._waiter is None:
-            # Bytes nobody asked for on an idle connection: it cannot be trusted any more.
-            self.close()
-            return
-        self._buffer += data
-        try:
-            self._parse()
-        except aiohttp.ClientError as exc:
-            waiter, self._waiter = self._waiter, None
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(exc)
-            self.close()
-
-    def request(self, data: bytes, waiter: asyncio.Future[_Response]) -> None:
-        self._buffer.clear()
-        self._headers = None
-        self._waiter = waiter
-        assert self.transport is not None
-        self.transport.write(data)
-
-    def close(self) -> None:
-        self.lost = True
-        if self.transport is not None:
-            self.transport.close()
-
-    def _parse(self) -> None:
-        buffer = self._buffer
-        while self._headers is None:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buffer) > 65536:
-                    raise aiohttp.ClientPayloadError("response headers too long")
-                return
-            lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
-            del buffer[: end + 4]
-            version, _, rest = lines[0].partition(" ")
-            try:
-                status = int(rest[:3])
-            except ValueError:
-                raise aiohttp.ClientPayloadError(
-                    f"not an HTTP response: {lines[0][:100]!r}"
-                ) from None
-            if 100 <= status < 200:
-                continue  # an interim response (100 Continue…): the real one follows
-            headers: dict[str, str] = {}
-            for line in lines[1:]:
-                name, _, value = line.partition(":")
-                name = name.strip().lower()
-                value = value.strip()
-                headers[name] = f"{headers[name]}, {value}" if name in headers else value
-            connection = headers.get("connection", "").lower()
-            self._keep = (
-                "close" not in connection if version != "HTTP/1.0" else "keep-alive" in connection
-            )
-            if status in (204, 304):
-                self._length = 0
-            elif "chunked" in headers.get("transfer-encoding", "").lower():
-                self._length = -1
-            elif "content-length" in headers:
-                try:
-                    self._length = int(headers["content-length"])
-                except ValueError:
-                    raise aiohttp.ClientPayloadError("bad Content-Length") from None
-            else:
-                self._length, self._keep = -2, False
-            self._status, self._headers = status, headers
-        if self._length >= 0:
-            if len(buffer) < self._length:
-                return
-            if len(buffer) > self._length:
-                self._keep = False  # more than was announced: do not trust what follows
-            body = bytes(buffer[: self._length])
-        elif self._length == -1:
-            if not buffer.endswith(b"\r\n\r\n"):
-                return  # the last chunk and (optional) trailers end so: not yet
-            decoded = _dechunk(buffer)
-            if decoded is None:
-                return
-            body = decoded
-        else:
-            return  # read until the connection closes
-        waiter, self._waiter = self._waiter, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result((self._status, self._headers, body, self._keep))
-
-
-def _dechunk(buffer: bytearray) -> bytes | None:
-    """A chunked body, or None while it is incomplete."""
-    out = bytearray()
-    at = 0
-    while True:
-        end = buffer.find(b"\r\n", at)
-        if end < 0:
-            return None
-        try:
-            size = int(bytes(buffer[at:end]).split(b";", 1)[0], 16)
-        except ValueError:
-            raise aiohttp.ClientPayloadError("bad chunk size in a chunked body") from None
-        at = end + 2
-        if size == 0:
-            # Trailers (rare) end with an empty line.
-            done = buffer.find(b"\r\n", at)
-            while done > at:
-                at = done + 2
-                done = buffer.find(b"\r\n", at)
-            return bytes(out) if done >= 0 else None
-        if len(buffer) < at + size + 2:
-            return None
-        out += buffer[at : at + size]
-        at += size + 2
-
-
-class _HttpPool:
-    """Keep-alive HTTP/1.1 connections to one URL, for plain (not streamed) POST requests.
-
-    Per request it writes one pre-built block of headers and the body, and reads the response
-    whole: a few dozen microseconds of CPU where aiohttp's client (request and response
-    objects, header multidicts, payload registry, stream readers) takes several times that.
-    The limiter bounds the requests in flight, hence the connections open. Errors are raised as
-    aiohttp's (``ServerDisconnectedError``, ``ClientPayloadError``…) so that they are
-    classified like those of the streamed requests.
-    """
-
-    def __init__(self, url: str, headers: Mapping[str, str], connect_timeout_s: float) -> None:
-        parts = urllib.parse.urlsplit(url)
-        self.ssl: ssl.SSLContext | None = (
-            ssl.create_default_context() if parts.scheme == "https" else None
-        )
-        self.host = parts.hostname or "localhost"
-        self.port = parts.port or (443 if self.ssl else 80)
-        default_port = parts.port is None or parts.port == (443 if self.ssl else 80)
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        netloc = host if default_port else f"{host}:{self.port}"
-        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        given = {k.lower(): v for k, v in headers.items()}
-        lines = [f"POST {path} HTTP/1.1", f"Host: {given.get('host', netloc)}"]
-        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in _OWN_HEADERS]
-        lines += ["Accept-Encoding: gzip, deflate", "Content-Length: "]
-        self._head = "\r\n".join(lines).encode()
-        self.connect_timeout_s = connect_timeout_s
-        self.closed = False
-        self._idle: list[_Connection] = []
-
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self.connect_timeout_s):
-                _, protocol = await loop.create_connection(
-                    _Connection, self.host, self.port, ssl=self.ssl
-                )
-        except TimeoutError:
-            raise  # a connect timeout (an OSError too) is a timeout, as with aiohttp
-        except OSError as exc:
-            raise aiohttp.ClientConnectionError(
-                f"Cannot connect to host {self.host}:{self.port} [{exc.strerror or exc}]"
-            ) from exc
-        return protocol
-
-    async def post(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
-        """(status, lower-cased headers, body) of one POST."""
-        conn: _Connection | None = None
-        now = time.monotonic()
-        while self._idle:
-            candidate = self._idle.pop()
-            if (
-                not candidate.lost
-                and now - candidate.idle_since < _KEEPALIVE_S
-                and candidate.transport is not None
-                and not candidate.transport.is_closing()
-            ):
-                conn = candidate
-                break
-            candidate.close()
-        if conn is None:
-            conn = await self._connect()
-        waiter: asyncio.Future[_Response] = asyncio.get_running_loop().create_future()
-        conn.request(self._head + b"%d\r\n\r\n%b" % (len(body), body), waiter)
-        try:
-            status, headers, data, keep = await waiter
-        except BaseException:
-            conn.close()  # cancelled or failed half-way: the connection's state is unknown
-            raise
-        if keep and not conn.lost and not self.closed:
-            conn.idle_since = time.monotonic()
-            self._idle.append(conn)
-        else:
-            conn.close()
-        encoding = headers.get("content-encoding", "").lower()
-        if encoding in ("gzip", "x-gzip", "deflate"):
-            data = _decompress(data, encoding)
-        return status, headers, data
-
-    def close(self) -> None:
-        """Close the idle connections; those in use close when their request ends."""
-        self.closed = True
-        idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
-
-
-# Headers the pool writes itself.
-_OWN_HEADERS = frozenset({"host", "content-length", "accept-encoding", "transfer-encoding"})
-# Idle connections older than this are not reused (aiohttp's keep-alive timeout).
-_KEEPALIVE_S = 15.0
-
-
-def _decompress(data: bytes, encoding: str) -> bytes:
-    try:
-        if encoding != "deflate":
-            return zlib.decompress(data, 16 + zlib.MAX_WBITS)
-        try:
-            return zlib.decompress(data)
-        except zlib.error:
-            return zlib.decompress(data, -zlib.MAX_WBITS)  # raw deflate, as some servers send
-    except zlib.error as exc:
-        raise aiohttp.ClientPayloadError(
-            f"cannot decompress the body ({encoding}): {exc}"
-        ) from None
-
-
 class DirectTransport:
     """``transport: direct``: the request the SDK would make — its URL, headers and
-    authentication, taken from the SDK client — sent over plain keep-alive connections
-    (:class:`_HttpPool`; streamed requests over an aiohttp session).
+    authentication, taken from the SDK client — sent over one plain aiohttp session.
 
     For self-hosted servers at thousands of requests a second: the SDK's request machinery
     (option models, URL parsing, httpx request objects) costs about five times the CPU of the
-    HTTP exchange itself, and a run's event loop has one core.
+    HTTP exchange itself, and a run's event loop has one core. The URL is parsed once and the
+    body encoded to bytes here (orjson), which spares aiohttp both per request.
     """
 
     def __init__(self, url: str, backend: Backend, sdk_client: Any, spec: ModelSpec) -> None:
         self.backend = backend
-        self.target = url + backend.path
+        self.target = yarl.URL(url + backend.path)
         headers = {**sdk_client.default_headers, **sdk_client.auth_headers}
-        self.headers = {k: v for k, v in headers.items() if isinstance(v, str)}
-        self.connect_timeout_s = min(10.0, spec.timeout_s)
-        self.connections = spec.concurrency.max + 16
-        self.pool = _HttpPool(self.target, self.headers, self.connect_timeout_s)
-        self._session: aiohttp.ClientSession | None = None
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        """The aiohttp session of streamed requests, made on first use."""
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(
-                    limit=self.connections, limit_per_host=self.connections
-                ),
-                headers=self.headers,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s),
-            )
-        return self._session
+        connections = spec.concurrency.max + 16
+        self.session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=connections, limit_per_host=connections),
+            headers={k: v for k, v in headers.items() if isinstance(v, str)},
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, spec.timeout_s)),
+        )
 
     async def send(self, body: dict[str, Any], stream: bool) -> Reply:
-        if not stream:
-            status, headers, data = await self.pool.post(_dumps(body))
-            if status >= 400:
-                text = data.decode("utf-8", "replace").strip()
-                raise status_failure(status, headers, f"HTTP {status}: {text[:300]}")
-            return self.backend.parse(_loads(data))
         start = time.monotonic()
         async with self.session.post(self.target, data=_dumps(body)) as response:
             if response.status >= 400:
@@ -639,6 +351,8 @@ class DirectTransport:
                 raise status_failure(
                     response.status, response.headers, f"HTTP {response.status}: {text[:300]}"
                 )
+            if not stream:
+                return self.backend.parse(_loads(await response.read()))
             acc = self.backend.accumulator()
             ttft: float | None = None
             async for raw in response.content:
@@ -654,9 +368,7 @@ class DirectTransport:
             return acc.reply(ttft)
 
     async def aclose(self) -> None:
-        self.pool.close()
-        if self._session is not None:
-            await self._session.close()
+        await self.session.close()
 
 
 # --- endpoints ------------------------------------------------------------------------------

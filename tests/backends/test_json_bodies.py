@@ -1,0 +1,20 @@
+"""Request and response bodies: orjson, with the standard library for what orjson refuses, so
+that every body reads as the standard library reads it and errors read as before."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from agents.backends.client import _dumps, _loads
+
+
+def test_json_bodies_read_as_the_standard_library_reads_them() -> None:
+    body = {"model": "m", "logit_bias": {50256: -100}, "big": 2**70, "text": "héllo"}
+    assert json.loads(_dumps(body)) == json.loads(json.dumps(body))
+    assert _loads(b'{"a": [1, 2.5, null, "\\u00e9"]}') == {"a": [1, 2.5, None, "é"]}
+    assert math.isnan(_loads(b'{"x": NaN}')["x"])
+    with pytest.raises(json.JSONDecodeError):
+        _loads(b"<html>not json</html>")
