@@ -188,23 +188,21 @@ class RunMetrics:
         )
 
     def record_episode(self, result: Any) -> None:
-        spec = result.spec
-        game = spec.game
-        labels = {role: player.label for role, player in spec.players.items()}
+        self.record(episode_summary(result))
+
+    def record(self, summary: dict[str, Any]) -> None:
+        """Feed the instruments from an :func:`episode_summary` (made where the episode ran,
+        recorded where the metrics live: the parent of a run with worker processes)."""
+        game, outcome, labels = summary["game"], summary["outcome"], summary["labels"]
         self.episodes.add(
             1,
-            {
-                "parley.game": game,
-                "parley.pairing": spec.pairing_label,
-                "parley.outcome": result.outcome,
-            },
+            {"parley.game": game, "parley.pairing": summary["pairing"], "parley.outcome": outcome},
         )
         self.episode_duration.record(
-            max(0.0, result.finished_at - result.started_at),
-            {"parley.game": game, "parley.outcome": result.outcome},
+            summary["duration_s"], {"parley.game": game, "parley.outcome": outcome}
         )
-        for role, tokens in result.tokens.items():
-            source = result.token_source.get(role, "counted")
+        for role, tokens in summary["tokens"].items():
+            source = summary["token_source"].get(role, "counted")
             for kind in ("input", "output"):
                 if tokens.get(kind):
                     self.tokens.add(
@@ -217,27 +215,15 @@ class RunMetrics:
                             "parley.token_source": source,
                         },
                     )
-        turns: dict[str, int] = {}
-        role_attrs: dict[str, dict[str, str]] = {}
-        # Per-turn latencies only for players whose latency says something (models, people):
-        # a scripted player's microseconds would cost more to record than they are worth.
-        timed = {role for role, p in spec.players.items() if p.kind not in ("scripted", "random")}
-        for t in turn_timings(result.transcript):
-            role = t["role"]
-            attrs = role_attrs.get(role)
-            if attrs is None:
-                attrs = {
-                    "parley.game": game,
-                    "parley.role": role,
-                    "parley.model": labels.get(role, ""),
-                }
-                role_attrs[role] = attrs
-            turns[role] = turns.get(role, 0) + 1
-            if role not in timed:
-                continue
+        role_attrs = {
+            role: {"parley.game": game, "parley.role": role, "parley.model": labels.get(role, "")}
+            for role in summary["turns"]
+        }
+        for t in summary["timed"]:
+            attrs = role_attrs[t["role"]]
             self.turn_duration.record(t["turn_s"], attrs)
             self.agent_duration.record(t["agent_s"], attrs)
-            model = t["model"] or labels.get(role, "")
+            model = t["model"] or labels.get(t["role"], "")
             usage = t["usage"]
             if usage is not None and usage["source"] == "backend":
                 for kind in ("input", "output"):
@@ -256,9 +242,36 @@ class RunMetrics:
                 if call.get("outcome", "ok") != "ok":
                     call_attrs["error.type"] = call["outcome"]
                 self.call_duration.record(float(call["latency_s"]), call_attrs)
-        for role, count in turns.items():
+        for role, count in summary["turns"].items():
             self.turns.add(count, role_attrs[role])
 
     def close(self) -> None:
         self.provider.force_flush()
         self.provider.shutdown()
+
+
+def episode_summary(result: Any) -> dict[str, Any]:
+    """What the run's metrics take from a finished episode, as plain JSON-able values."""
+    spec = result.spec
+    # Per-turn latencies only for players whose latency says something (models, people):
+    # a scripted player's microseconds would cost more to record than they are worth.
+    timed_roles = {r for r, p in spec.players.items() if p.kind not in ("scripted", "random")}
+    turns: dict[str, int] = {}
+    timed = []
+    for t in turn_timings(result.transcript):
+        turns[t["role"]] = turns.get(t["role"], 0) + 1
+        if t["role"] in timed_roles:
+            timed.append(
+                {k: t[k] for k in ("role", "turn_s", "agent_s", "model", "usage", "calls")}
+            )
+    return {
+        "game": spec.game,
+        "pairing": spec.pairing_label,
+        "labels": {role: player.label for role, player in spec.players.items()},
+        "outcome": result.outcome,
+        "duration_s": max(0.0, result.finished_at - result.started_at),
+        "tokens": result.tokens,
+        "token_source": result.token_source,
+        "turns": turns,
+        "timed": timed,
+    }

@@ -579,3 +579,9 @@ def record_episode(result: Any) -> None:
     """Count a finished episode in the run's metrics (episodes, turns, tokens, latencies)."""
     if _metrics is not None:
         _metrics.record_episode(result)
+
+
+def record_summary(summary: dict[str, Any]) -> None:
+    """Count an episode that finished in a worker process, from its ``episode_summary``."""
+    if _metrics is not None:
+        _metrics.record(summary)

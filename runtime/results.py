@@ -150,6 +150,9 @@ class EncodedResult:
     record: dict[str, Any]
     transcript: bytes
     images: dict[str, bytes]
+    # For the run's metrics, when the episode was played in a worker process
+    # (observability.metrics.episode_summary).
+    metrics: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, result: EpisodeResult, run: str) -> EncodedResult:
@@ -208,6 +211,8 @@ class ResultWriter:
                         if isinstance(result, EpisodeResult):
                             tracing.record_episode(result)  # the run's metrics
                             result = EncodedResult.of(result, self.run)
+                        elif result.metrics is not None:
+                            tracing.record_summary(result.metrics)
                         self._write(result)
                         await pacer.breathe()
                     self._transcripts.flush()

@@ -39,6 +39,7 @@ from agents.backends.spec import ModelSpec
 from bus import loop as event_loop
 from bus.loop import LoopLagProbe, Pacer, responsive_gc
 from observability import tracing as tracing_module
+from observability.metrics import episode_summary
 from observability.tracing import Tracing, span_context
 from runtime.config import ExperimentConfig
 from runtime.episode import EpisodeOptions, EpisodeResult
@@ -70,6 +71,7 @@ def pack_result(result: EncodedResult) -> bytes:
             "record": result.record,
             "transcript": len(result.transcript),
             "images": [[sha, len(data)] for sha, data in result.images.items()],
+            "metrics": result.metrics,
         }
     ).encode()
     return b"".join([_HEADER.pack(len(header)), header, result.transcript, *result.images.values()])
@@ -85,7 +87,7 @@ def unpack_result(payload: bytes) -> EncodedResult:
     for sha, length in header["images"]:
         images[sha] = payload[at : at + length]
         at += length
-    return EncodedResult(header["record"], transcript, images)
+    return EncodedResult(header["record"], transcript, images, header.get("metrics"))
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -259,14 +261,15 @@ class WorkerScheduler:
 class _FrameSink:
     """Where a worker's scheduler writes finished episodes: back to the parent, as frames.
 
-    Like the parent's writer, it records the run's metrics and encodes each episode on its own
-    task, a slice at a time (see :class:`~bus.loop.Pacer`); ``write`` returns once the frame
-    is handed to the socket.
+    Like the parent's writer, it encodes each episode on its own task, a slice at a time (see
+    :class:`~bus.loop.Pacer`), with what the run's metrics need from it; ``write`` returns once
+    the frame is handed to the socket.
     """
 
-    def __init__(self, link: asyncio.StreamWriter, run: str) -> None:
+    def __init__(self, link: asyncio.StreamWriter, run: str, metrics: bool) -> None:
         self.link = link
         self.run = run
+        self.metrics = metrics
         self._queue: asyncio.Queue[tuple[EpisodeResult, asyncio.Future[None]]] = asyncio.Queue()
         self._task = asyncio.create_task(self._send(), name="result-frames")
 
@@ -280,8 +283,11 @@ class _FrameSink:
         while True:
             result, future = await self._queue.get()
             try:
-                tracing_module.record_episode(result)
-                self.link.write(frame(b"R", pack_result(EncodedResult.of(result, self.run))))
+                encoded = EncodedResult.of(result, self.run)
+                # The parent keeps the run's metrics: it has CPU to spare, the workers do not.
+                if self.metrics:
+                    encoded.metrics = episode_summary(result)
+                self.link.write(frame(b"R", pack_result(encoded)))
                 await self.link.drain()
             except Exception as exc:
                 future.set_exception(exc)
@@ -322,11 +328,12 @@ async def play_job(
         sample=config.tracing.sample,
         messages=job["messages"],
         attributes={"parley.run": run_id, "parley.worker": worker},
+        metrics=False,
     )
     tracing.activate()
     the_bus = tracing.wrap_bus(bus_module.connect(worker_bus_url(url, worker)))
     options = episode_options(config, run_id)
-    sink = _FrameSink(link, run_id)
+    sink = _FrameSink(link, run_id, metrics=config.tracing.enabled)
     scheduler = Scheduler(specs, the_bus, sink, options, job["concurrency"])  # type: ignore[arg-type]
     listener = asyncio.create_task(_listen(reader, scheduler))
     probe = LoopLagProbe().start()
