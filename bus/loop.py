@@ -37,10 +37,6 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def loop_name() -> str:
-    return "asyncio" if loop_factory() is None else "uvloop"
-
-
 def run(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` to completion on a fresh loop (as :func:`asyncio.run`)."""
     with asyncio.Runner(loop_factory=loop_factory()) as runner:

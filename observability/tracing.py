@@ -251,8 +251,6 @@ class JsonlSpanWriter(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        if not span.context.trace_flags.sampled:
-            return
         line = self.exporter._line(span)
         with self._lock:
             self._lines.append(line)

@@ -42,6 +42,14 @@ class Progress:
     started: float = field(default_factory=time.monotonic)
     outcomes: dict[str, int] = field(default_factory=dict)
 
+    def count(self, outcome: str, turns: int) -> None:
+        """A finished episode, once it is on disk."""
+        self.done += 1
+        self.turns += turns
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if outcome == "error":
+            self.failed += 1
+
     @property
     def turns_per_s(self) -> float:
         elapsed = time.monotonic() - self.started
@@ -119,12 +127,7 @@ class Scheduler:
 
     async def _record(self, result: EpisodeResult) -> None:
         await self.writer.write(result)
-        progress = self.progress
-        progress.done += 1
-        progress.turns += result.turns
-        progress.outcomes[result.outcome] = progress.outcomes.get(result.outcome, 0) + 1
-        if result.outcome == "error":
-            progress.failed += 1
+        self.progress.count(result.outcome, result.turns)
         if self.on_result is not None:
             self.on_result(result)
 
@@ -167,13 +170,12 @@ async def run_experiment(
     resume: bool = False,
     bus_url: str | None = None,
     concurrency: int | None = None,
-    workers: int | str | None = None,
     on_start: Callable[[Scheduler | WorkerScheduler], None] | None = None,
     on_result: Callable[[EpisodeResult], None] | None = None,
 ) -> RunOutcome:
     """Expand ``config``, play what is not finished yet, and return the run's records.
 
-    With more than one worker (``workers`` here or in the config) the episodes are played in
+    With more than one worker (``workers`` in the config) the episodes are played in
     child processes (runtime/workers.py); ``on_result`` is then not called, since the parent
     sees records, not results.
     """
@@ -186,7 +188,7 @@ async def run_experiment(
     run_id = folder.run_id
     url = bus_url or config.bus
     limit = concurrency or config.concurrency
-    processes = worker_count(workers if workers is not None else config.workers)
+    processes = worker_count(config.workers)
     messages = config.tracing.messages
     if messages == "auto":
         messages = url.startswith("mqtt")

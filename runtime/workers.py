@@ -10,7 +10,7 @@ resume and every reader are the same either way.
 
 Parent and worker talk over a socket pair in frames: a 4-byte length, a 1-byte kind and a
 payload. Parent to worker: ``J`` the job (JSON), ``S`` stop. Worker to parent: ``R`` a finished
-episode, ``D`` done (JSON: loop lag, model endpoint stats), ``E`` a failure (its traceback).
+episode, ``D`` done (JSON: its loop lag), ``E`` a failure (its traceback).
 A worker that loses its parent stops its episodes and exits.
 """
 
@@ -45,9 +45,7 @@ from runtime.config import ExperimentConfig
 from runtime.episode import EpisodeOptions, EpisodeResult
 from runtime.experiment import EpisodeSpec
 from runtime.results import EncodedResult, ResultWriter
-from runtime.scheduler import Progress, Scheduler
-
-log = logging.getLogger("parley.workers")
+from runtime.scheduler import Progress, Scheduler, episode_options
 
 _FRAME = struct.Struct(">IB")
 _HEADER = struct.Struct(">I")
@@ -139,7 +137,6 @@ class WorkerScheduler:
         self.progress = Progress(planned=len(specs))
         self.stopping = False
         self.loop_lag: list[dict[str, Any]] = []
-        self.model_stats: list[dict[str, Any]] = []
         self.errors: list[str] = []
         self._links: list[asyncio.StreamWriter] = []
         self._share: list[tuple[int, int]] = []  # per worker: (concurrency, episodes left)
@@ -223,7 +220,6 @@ class WorkerScheduler:
                 elif kind == b"D":
                     report = json.loads(payload)
                     self.loop_lag.append({"worker": i, **report["loop_lag"]})
-                    self.model_stats.append(report.get("models", {}))
                     done = True
                 elif kind == b"E":
                     self.errors.append(f"worker {i} failed: {payload.decode(errors='replace')}")
@@ -246,13 +242,7 @@ class WorkerScheduler:
 
     async def _record(self, result: EncodedResult) -> None:
         await self.writer.write(result)
-        record, progress = result.record, self.progress
-        progress.done += 1
-        progress.turns += int(record.get("turns", 0))
-        outcome = record["outcome"]
-        progress.outcomes[outcome] = progress.outcomes.get(outcome, 0) + 1
-        if outcome == "error":
-            progress.failed += 1
+        self.progress.count(result.record["outcome"], int(result.record.get("turns", 0)))
 
 
 # --- the worker ------------------------------------------------------------------------------
@@ -314,9 +304,7 @@ async def _listen(reader: asyncio.StreamReader, scheduler: Scheduler) -> None:
 async def play_job(
     job: dict[str, Any], reader: asyncio.StreamReader, link: asyncio.StreamWriter
 ) -> dict[str, Any]:
-    """Play one worker's share of a run; returns its report (loop lag, model stats)."""
-    from runtime.scheduler import episode_options
-
+    """Play one worker's share of a run; returns its report (its loop lag)."""
     config = ExperimentConfig.model_validate(job["config"])
     specs = [EpisodeSpec.model_validate(s) for s in job["specs"]]
     run_id, worker = job["run"], job["worker"]
@@ -350,7 +338,6 @@ async def play_job(
     try:
         async with responsive_gc(), the_bus, pool:
             await scheduler.run(parent)
-        stats = pool.stats()
     finally:
         lag = await probe.stop()
         await sink.close()
@@ -358,7 +345,7 @@ async def play_job(
         with contextlib.suppress(asyncio.CancelledError):
             await listener
         tracing.close()
-    return {"loop_lag": lag, "models": stats}
+    return {"loop_lag": lag}
 
 
 def worker_bus_url(url: str, worker: int) -> str:
