@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agents.policies import Policy
-from agents.prompt import Prompt
-from bus.messages import TextPart, TurnRequest, TurnResponse
-from memory import EpisodicMemory, HistoryPolicy, MemoryStore, WorkingMemory
+from parley.agents.policies import Policy
+from parley.agents.prompt import Prompt
+from parley.bus.messages import TextPart, TurnRequest, TurnResponse
+from parley.memory import EpisodicMemory, HistoryPolicy, MemoryStore, WorkingMemory
 
 
 class Agent:

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 
 import anyio
 
-from agents.prompt import Prompt
-from bus.messages import ImagePart, TextPart, Usage
+from parley.agents.prompt import Prompt
+from parley.bus.messages import ImagePart, TextPart, Usage
 
 
 @dataclass

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bus.messages import ImagePart, PromptMessage, TextPart
-from memory import MemoryEntry, WorkingMemory
+from parley.bus.messages import ImagePart, PromptMessage, TextPart
+from parley.memory import MemoryEntry, WorkingMemory
 
 Part = TextPart | ImagePart
 

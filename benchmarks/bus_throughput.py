@@ -35,13 +35,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bus import topics
-from bus.base import Bus
-from bus.broker import find_mosquitto, start_mosquitto
-from bus.codec import encode
-from bus.local import LocalBus
-from bus.messages import ImagePart, StateUpdate, TextPart
-from bus.mqtt import MqttBus
+from parley.bus import topics
+from parley.bus.base import Bus
+from parley.bus.broker import find_mosquitto, start_mosquitto
+from parley.bus.codec import encode
+from parley.bus.local import LocalBus
+from parley.bus.messages import ImagePart, StateUpdate, TextPart
+from parley.bus.mqtt import MqttBus
 
 RESULTS = Path(__file__).parent / "results"
 RUN = "bench"

@@ -21,15 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from environments.mango.game import make_instance, plan, source_game
-from environments.mango.mapper import _base
-from environments.mango.offline import play_episode
-from environments.mango.players import (
+from parley.environments.mango.game import make_instance, plan, source_game
+from parley.environments.mango.mapper import _base
+from parley.environments.mango.offline import play_episode
+from parley.environments.mango.players import (
     oracle_navigator,
     random_navigator,
     scripted_navigator,
 )
-from environments.mango.scoring import Maze, parse_answer, snap
+from parley.environments.mango.scoring import Maze, parse_answer, snap
 
 PLAYERS = {"oracle": oracle_navigator, "scripted": scripted_navigator, "random": random_navigator}
 

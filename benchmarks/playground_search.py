@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from environments.playground import KITS
+from parley.environments.playground import KITS
 
 
 def _row(name: str, side: str, settings: str, times: list[float]) -> dict[str, float | int | str]:

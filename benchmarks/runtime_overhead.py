@@ -27,9 +27,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from bus.broker import find_mosquitto, start_mosquitto
-from runtime.config import load_config
-from runtime.scheduler import run_experiment
+from parley.bus.broker import find_mosquitto, start_mosquitto
+from parley.runtime.config import load_config
+from parley.runtime.scheduler import run_experiment
 
 RESULTS = Path(__file__).parent / "results"
 

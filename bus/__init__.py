@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from urllib.parse import urlparse
 
-from bus.base import Bus, BusClosed, BusStats, Delivery, Subscription
-from bus.local import LocalBus
-from bus.messages import (
+from parley.bus.base import Bus, BusClosed, BusStats, Delivery, Subscription
+from parley.bus.local import LocalBus
+from parley.bus.messages import (
     Control,
     EpisodeFinished,
     EpisodeStarted,
@@ -60,7 +60,7 @@ def connect(url: str | None = None, **options: object) -> Bus:
         return LocalBus()
     parsed = urlparse(url)
     if parsed.scheme in ("mqtt", "mqtts"):
-        from bus.mqtt import MqttBus
+        from parley.bus.mqtt import MqttBus
 
         return MqttBus.from_url(url, **options)  # type: ignore[arg-type]
     raise ValueError(f"unknown bus URL {url!r}: use 'local' or mqtt://host:port")

@@ -9,9 +9,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple, Self
 
-from bus import topics
-from bus.codec import CodecError, decode
-from bus.messages import Message
+from parley.bus import topics
+from parley.bus.codec import CodecError, decode
+from parley.bus.messages import Message
 
 log = logging.getLogger("parley.bus")
 

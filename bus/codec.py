@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ValidationError
 
-from bus.messages import KINDS, MESSAGE_ADAPTER, WIRE_VERSION, ImagePart, Message
+from parley.bus.messages import KINDS, MESSAGE_ADAPTER, WIRE_VERSION, ImagePart, Message
 
 CONTENT_TYPE = "application/vnd.parley+json"
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from bus import topics
-from bus.base import Bus, BusClosed
-from bus.messages import Message
+from parley.bus import topics
+from parley.bus.base import Bus, BusClosed
+from parley.bus.messages import Message
 
 
 class LocalBus(Bus):

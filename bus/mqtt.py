@@ -44,10 +44,10 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from bus import topics
-from bus.base import Bus, BusClosed, Subscription
-from bus.codec import CONTENT_TYPE, DEFAULT_MAX_BYTES, CodecError, decode, encode
-from bus.messages import Message
+from parley.bus import topics
+from parley.bus.base import Bus, BusClosed, Subscription
+from parley.bus.codec import CONTENT_TYPE, DEFAULT_MAX_BYTES, CodecError, decode, encode
+from parley.bus.messages import Message
 
 log = logging.getLogger("parley.bus.mqtt")
 

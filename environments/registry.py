@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-from environments.base import GameMaster, PlayFn
+from parley.environments.base import GameMaster, PlayFn
 
 InstanceFn = Callable[[int, dict[str, Any]], dict[str, Any]]
 
 # Families register their games when imported; listed here so `all_games()` finds them.
 FAMILIES = (
-    "environments.comma",
-    "environments.clem",
-    "environments.mango",
-    "environments.playground",
+    "parley.environments.comma",
+    "parley.environments.clem",
+    "parley.environments.mango",
+    "parley.environments.playground",
 )
 
 

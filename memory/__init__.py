@@ -1,8 +1,8 @@
 """Working memory (replaced each turn) and episodic memory (append-only), behind stores."""
 
-from memory.episodic import EpisodicMemory, HistoryPolicy, MemoryEntry
-from memory.stores import InMemoryStore, MemoryStore, SQLiteStore
-from memory.working import WorkingMemory
+from parley.memory.episodic import EpisodicMemory, HistoryPolicy, MemoryEntry
+from parley.memory.stores import InMemoryStore, MemoryStore, SQLiteStore
+from parley.memory.working import WorkingMemory
 
 __all__ = [
     "EpisodicMemory",

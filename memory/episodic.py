@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from memory.stores import InMemoryStore, MemoryStore
+from parley.memory.stores import InMemoryStore, MemoryStore
 
 
 @dataclass(frozen=True)

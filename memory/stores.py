@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from memory.episodic import MemoryEntry
+    from parley.memory.episodic import MemoryEntry
 
 
 class MemoryStore(Protocol):
@@ -65,7 +65,7 @@ class SQLiteStore:
             )
 
     def load(self, key: str) -> list[MemoryEntry]:
-        from memory.episodic import MemoryEntry
+        from parley.memory.episodic import MemoryEntry
 
         rows = self._db.execute(
             "SELECT speaker, own, parts FROM memory WHERE key = ? ORDER BY seq", (key,)

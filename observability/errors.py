@@ -518,7 +518,7 @@ def run_errors(
     run_dir: str | Path, records: list[dict[str, Any]] | None = None
 ) -> dict[str, list[ErrorFinding]]:
     """Episode id → rule-based findings, for every finished episode of a run folder."""
-    from runtime.results import RunFolder, read_records
+    from parley.runtime.results import RunFolder, read_records
 
     folder = RunFolder(run_dir)
     out: dict[str, list[ErrorFinding]] = {}

@@ -7,7 +7,7 @@ conversation, the game master's feedback and, where recorded, the state the acti
 (the ground truth the paper gave its judge), and answers with one JSON object. A reply that is
 not one is recorded as ``unparsed`` with the reason, never a crash.
 
-The rule-based detectors (:mod:`observability.errors`) are the primary analysis; the judge is a
+The rule-based detectors (:mod:`parley.observability.errors`) are the primary analysis; the judge is a
 second opinion for what rules cannot see.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from observability.errors import SHARE_CATEGORIES, ErrorFinding, steps_of, text_of
+from parley.observability.errors import SHARE_CATEGORIES, ErrorFinding, steps_of, text_of
 
 PROMPT_VERSION = "errors-judge/1"
 
@@ -128,9 +128,9 @@ def parse_verdict(text: str) -> tuple[str, int | None, str]:
 async def judge_episode(
     client: Any, params: Any, record: dict[str, Any], messages: list[dict[str, Any]]
 ) -> Verdict:
-    """Ask the judge about one episode (``client``: an agents.backends ModelClient)."""
-    from agents.backends.client import ModelUnavailable
-    from bus.messages import PromptMessage, TextPart
+    """Ask the judge about one episode (``client``: a parley.agents.backends ModelClient)."""
+    from parley.agents.backends.client import ModelUnavailable
+    from parley.bus.messages import PromptMessage, TextPart
 
     prompt = [
         PromptMessage(role="system", content=[TextPart(text=SYSTEM)]),
@@ -164,9 +164,9 @@ async def judge_run(
     concurrency: int = 8,
 ) -> list[Verdict]:
     """Judge a run's (failed) episodes with ``model`` from ``specs`` (name → ModelSpec)."""
-    from agents.backends.pool import ModelPool
-    from runtime.reports.analysis import transcripts
-    from runtime.results import read_records
+    from parley.agents.backends.pool import ModelPool
+    from parley.runtime.reports.analysis import transcripts
+    from parley.runtime.results import read_records
 
     run = Path(run_dir)
     chosen = [

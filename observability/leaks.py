@@ -825,7 +825,7 @@ def run_disclosures(
     run_dir: str | Path, records: list[dict[str, Any]] | None = None
 ) -> Iterator[Disclosure]:
     """Every disclosure of a run folder, episode by episode."""
-    from runtime.results import RunFolder, read_records
+    from parley.runtime.results import RunFolder, read_records
 
     folder = RunFolder(run_dir)
     for record in records if records is not None else read_records(run_dir):

@@ -12,7 +12,7 @@
 "The span that sends it" is the current span when one is active (an actor's handler runs in
 its receive span), else the span the message's own ``traceparent`` names (the game master
 stamps a turn request with its turn span). The receiving side opens CONSUMER spans under the
-message's traceparent (:func:`observability.tracing.consume`, used by the actor host), so a
+message's traceparent (:func:`parley.observability.tracing.consume`, used by the actor host), so a
 turn is one connected trace — also through a broker and in another process, since the
 traceparent travels inside the message (and, over MQTT 5, as a user property).
 """
@@ -25,9 +25,9 @@ from typing import Any, Self
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind
 
-from bus.base import Bus, BusStats, Router, Subscription
-from bus.messages import Message
-from observability import tracing
+from parley.bus.base import Bus, BusStats, Router, Subscription
+from parley.bus.messages import Message
+from parley.observability import tracing
 
 DEFAULT_SPAN_KINDS = frozenset(
     {

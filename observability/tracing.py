@@ -52,8 +52,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFl
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 if TYPE_CHECKING:
-    from bus.base import Bus
-    from observability.metrics import RunMetrics
+    from parley.bus.base import Bus
+    from parley.observability.metrics import RunMetrics
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
@@ -396,7 +396,7 @@ class Tracing:
             self.provider.add_span_processor(BatchSpanProcessor(otlp, max_queue_size=65536))
         self.tracer = self.provider.get_tracer("parley")
         if metrics:
-            from observability.metrics import RunMetrics
+            from parley.observability.metrics import RunMetrics
 
             self.metrics = RunMetrics(run_dir, resource)
 
@@ -412,7 +412,7 @@ class Tracing:
         """``bus`` with publish spans and traceparents on every message (when tracing is on)."""
         if self.provider is None:
             return bus
-        from observability.traced_bus import TracedBus
+        from parley.observability.traced_bus import TracedBus
 
         return TracedBus(bus)
 

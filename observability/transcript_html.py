@@ -205,7 +205,7 @@ def write_html(
     raised: a transcript is still worth having without it."""
     run = Path(run_dir)
     if records is None:
-        from runtime.results import read_records
+        from parley.runtime.results import read_records
 
         records = read_records(run)
     html_dir = run / out

@@ -7,8 +7,8 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from bus.base import Bus, Delivery
-from observability import tracing
+from parley.bus.base import Bus, Delivery
+from parley.observability import tracing
 
 log = logging.getLogger("parley.runtime")
 

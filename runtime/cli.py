@@ -12,16 +12,16 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from bus import loop as event_loop
-from runtime.config import ConfigError
+from parley.bus import loop as event_loop
+from parley.runtime.config import ConfigError
 
 console = Console(stderr=True)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from runtime.config import load_config
-    from runtime.report import summary_rows, write_report
-    from runtime.scheduler import RunOutcome, Scheduler, run_experiment
+    from parley.runtime.config import load_config
+    from parley.runtime.report import summary_rows, write_report
+    from parley.runtime.scheduler import RunOutcome, Scheduler, run_experiment
 
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
     config = load_config(args.config, overrides)
@@ -119,8 +119,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_instances(args: argparse.Namespace) -> int:
     import yaml
 
-    from environments import registry
-    from runtime.experiment import write_instances
+    from parley.environments import registry
+    from parley.runtime.experiment import write_instances
 
     try:
         info = registry.get(args.game)
@@ -142,7 +142,7 @@ def _cmd_instances(args: argparse.Namespace) -> int:
 
 
 def _cmd_games(args: argparse.Namespace) -> int:
-    from environments import registry
+    from parley.environments import registry
 
     table = Table(title="games")
     for column in ("game", "roles", "built-in players", "description"):
@@ -155,7 +155,7 @@ def _cmd_games(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from runtime.report import write_report
+    from parley.runtime.report import write_report
 
     run = Path(args.run)
     if not (run / "episodes.jsonl").exists():
@@ -177,7 +177,7 @@ def _run_folder(value: str | None) -> Path | None:
 
 def _cmd_leaks(args: argparse.Namespace) -> int:
     if args.eval is not None:
-        from observability.leaks import evaluate, load_labelled
+        from parley.observability.leaks import evaluate, load_labelled
 
         items = load_labelled(args.eval or None)
         table = Table(title=f"leak detection on {len(items)} labelled utterances")
@@ -200,7 +200,7 @@ def _cmd_leaks(args: argparse.Namespace) -> int:
     run = _run_folder(args.run)
     if run is None:
         return 2
-    from runtime.reports.analysis import leaks_text
+    from parley.runtime.reports.analysis import leaks_text
 
     print(leaks_text(run, args.limit))
     return 0
@@ -210,16 +210,16 @@ def _cmd_errors(args: argparse.Namespace) -> int:
     run = _run_folder(args.run)
     if run is None:
         return 2
-    from runtime.reports.analysis import errors_text
+    from parley.runtime.reports.analysis import errors_text
 
     print(errors_text(run, args.limit))
     if not args.judge:
         return 0
     import yaml
 
-    from agents.backends.spec import ModelSpec
-    from observability.judge import judge_run, write_verdicts
-    from runtime.reports.analysis import judge_text
+    from parley.agents.backends.spec import ModelSpec
+    from parley.observability.judge import judge_run, write_verdicts
+    from parley.runtime.reports.analysis import judge_text
 
     source = Path(args.models) if args.models else run / "config.yaml"
     registry = (yaml.safe_load(source.read_text()) or {}).get("models") or {}
@@ -237,13 +237,13 @@ def _cmd_errors(args: argparse.Namespace) -> int:
 
 
 def _cmd_broker(args: argparse.Namespace) -> int:
-    from bus.broker import run_broker
+    from parley.bus.broker import run_broker
 
     return run_broker(args.config, args.port)
 
 
 def _cmd_sim_server(args: argparse.Namespace) -> int:
-    from agents.backends.simserver import run_from_args
+    from parley.agents.backends.simserver import run_from_args
 
     return run_from_args(args)
 
@@ -331,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--port", type=int, help="listener port (default 1883)")
     broker.set_defaults(fn=_cmd_broker)
 
-    from agents.backends.simserver import add_arguments as sim_arguments
+    from parley.agents.backends.simserver import add_arguments as sim_arguments
 
     sim = sub.add_parser(
         "sim-server",

@@ -8,7 +8,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from agents.backends.spec import ModelSpec
+from parley.agents.backends.spec import ModelSpec
 
 BUILTIN_PLAYERS = ("scripted", "random", "human")
 

@@ -14,11 +14,11 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, Status, StatusCode
 
-from agents.agent import Agent
-from agents.tokens import count_tokens
-from bus import topics
-from bus.base import Bus, Delivery
-from bus.messages import (
+from parley.agents.agent import Agent
+from parley.agents.tokens import count_tokens
+from parley.bus import topics
+from parley.bus.base import Bus, Delivery
+from parley.bus.messages import (
     EpisodeFinished,
     EpisodeStarted,
     ImagePart,
@@ -29,13 +29,13 @@ from bus.messages import (
     TurnResponse,
     Utterance,
 )
-from environments import registry
-from environments.base import Event, GameMaster, Observation
-from memory import HistoryPolicy
-from observability import tracing
-from runtime.actor import Actor, ActorHost
-from runtime.experiment import EpisodeSpec
-from runtime.players import make_policy
+from parley.environments import registry
+from parley.environments.base import Event, GameMaster, Observation
+from parley.memory import HistoryPolicy
+from parley.observability import tracing
+from parley.runtime.actor import Actor, ActorHost
+from parley.runtime.experiment import EpisodeSpec
+from parley.runtime.players import make_policy
 
 MAX_REPLY_CHARS = 100_000
 
@@ -47,7 +47,7 @@ class EpisodeOptions:
     run: str
     record_prompts: bool = True
     timeout_s: float | None = None
-    # The run's model pool (agents.backends.pool.ModelPool), or the bare registry.
+    # The run's model pool (parley.agents.backends.pool.ModelPool), or the bare registry.
     models: Any = field(default_factory=dict)
     max_reply_chars: int = MAX_REPLY_CHARS
     # Publish turn requests and responses to a broker too; by default they stay in-process

@@ -10,8 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from environments import registry
-from runtime.config import (
+from parley.environments import registry
+from parley.runtime.config import (
     _MISSING,
     ConfigError,
     ExperimentConfig,

@@ -25,8 +25,8 @@ from typing import Any
 
 import aiohttp
 
-from agents.backends.pool import ModelPool
-from agents.backends.spec import LaunchSpec, ModelSpec
+from parley.agents.backends.pool import ModelPool
+from parley.agents.backends.spec import LaunchSpec, ModelSpec
 
 log = logging.getLogger("parley.launch")
 
@@ -171,7 +171,7 @@ async def open_models(
 
     Only models that ``episodes`` use are launched (all of them when ``episodes`` is None).
     """
-    from observability import tracing
+    from parley.observability import tracing
 
     used = models_used(episodes) if episodes is not None else set(models)
     pool = ModelPool(models, tracer=tracing.tracer)

@@ -7,13 +7,13 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from agents.backends.policy import LlmPolicy
-from agents.backends.pool import ModelPool
-from agents.policies import FunctionPolicy, HumanPolicy, Policy
-from agents.prompt import Prompt, history_text
-from environments.base import PlayFn, View
-from environments.registry import GameInfo
-from runtime.config import PlayerSpec
+from parley.agents.backends.policy import LlmPolicy
+from parley.agents.backends.pool import ModelPool
+from parley.agents.policies import FunctionPolicy, HumanPolicy, Policy
+from parley.agents.prompt import Prompt, history_text
+from parley.environments.base import PlayFn, View
+from parley.environments.registry import GameInfo
+from parley.runtime.config import PlayerSpec
 
 # An override for model players (tests, custom backends): (player, role, game, models) -> Policy.
 LlmFactory = Callable[[PlayerSpec, str, GameInfo, Any], Policy]
@@ -46,7 +46,7 @@ def make_policy(
     """The policy for ``role``; ``rng_key`` seeds scripted and random play deterministically.
 
     ``models`` is the run's :class:`ModelPool` (clients shared by every episode, see
-    :func:`runtime.launch.open_models`); given the bare registry instead (a dict of specs), the
+    :func:`parley.runtime.launch.open_models`); given the bare registry instead (a dict of specs), the
     policy gets clients of its own, closed with the episode.
     """
     if player.kind in ("scripted", "random"):
@@ -66,7 +66,7 @@ def make_policy(
 
 def _own_policy(player: PlayerSpec, role: str, specs: dict[str, Any]) -> Policy:
     """A model policy with a pool of its own (no run-wide pool given): correct, not shared."""
-    from observability import tracing
+    from parley.observability import tracing
 
     pool = ModelPool(specs, tracer=tracing.tracer)
     policy = pool.policy(player.model or "", player.params, role)

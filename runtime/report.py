@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from runtime.results import read_records
+from parley.runtime.results import read_records
 
-# Each family's tables live in ``runtime.reports.<family>`` as
+# Each family's tables live in ``parley.runtime.reports.<family>`` as
 # ``report(records, run_dir) -> str`` (Markdown; it may also write files such as PNG plots).
 FamilyReport = Callable[[list[dict[str, Any]], Path], str]
 
@@ -19,7 +19,7 @@ OUTCOMES = ("success", "lost", "aborted", "error", "cancelled")
 
 
 def family_report(family: str) -> FamilyReport | None:
-    module_name = f"runtime.reports.{family}"
+    module_name = f"parley.runtime.reports.{family}"
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -73,7 +73,7 @@ def summary_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[st
 
 def build_report(run_dir: str | Path) -> str:
     """The Markdown report of a run folder."""
-    from environments import registry
+    from parley.environments import registry
 
     path = Path(run_dir)
     records = read_records(path)
@@ -89,13 +89,13 @@ def build_report(run_dir: str | Path) -> str:
         fn = family_report(family)
         if fn is not None:
             parts += [fn(group, path), ""]
-    from runtime.reports import pairings  # pairing tables and model usage/cost, any family
+    from parley.runtime.reports import pairings  # pairing tables and model usage/cost, any family
 
     extra = pairings.report(records, path)
     if extra:
         parts += [extra, ""]
     # Time split and tokens per role, privacy leaks, error categories (observability, any game).
-    from runtime.reports import analysis
+    from parley.runtime.reports import analysis
 
     extra = analysis.report(records, path)
     if extra:

@@ -13,11 +13,11 @@ from typing import Any
 
 import yaml
 
-from bus.codec import encode
-from bus.loop import Pacer
-from observability import tracing
-from runtime.config import ConfigError, ExperimentConfig
-from runtime.episode import EpisodeResult
+from parley.bus.codec import encode
+from parley.bus.loop import Pacer
+from parley.observability import tracing
+from parley.runtime.config import ConfigError, ExperimentConfig
+from parley.runtime.episode import EpisodeResult
 
 FINISHED = ("success", "lost", "aborted", "error")
 
@@ -151,7 +151,7 @@ class EncodedResult:
     transcript: bytes
     images: dict[str, bytes]
     # For the run's metrics, when the episode was played in a worker process
-    # (observability.metrics.episode_summary).
+    # (parley.observability.metrics.episode_summary).
     metrics: dict[str, Any] | None = None
 
     @classmethod

@@ -14,19 +14,19 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from opentelemetry import trace
 
-import bus as bus_module
-from bus.base import Bus
-from bus.loop import LoopLagProbe, responsive_gc
-from observability.tracing import Tracing
-from runtime.actor import ActorHost
-from runtime.config import ExperimentConfig
-from runtime.episode import EpisodeOptions, EpisodeResult, EpisodeRunner
-from runtime.experiment import EpisodeSpec, expand
-from runtime.launch import open_models
-from runtime.results import ResultWriter, RunFolder
+import parley.bus as bus_module
+from parley.bus.base import Bus
+from parley.bus.loop import LoopLagProbe, responsive_gc
+from parley.observability.tracing import Tracing
+from parley.runtime.actor import ActorHost
+from parley.runtime.config import ExperimentConfig
+from parley.runtime.episode import EpisodeOptions, EpisodeResult, EpisodeRunner
+from parley.runtime.experiment import EpisodeSpec, expand
+from parley.runtime.launch import open_models
+from parley.runtime.results import ResultWriter, RunFolder
 
 if TYPE_CHECKING:
-    from runtime.workers import WorkerScheduler
+    from parley.runtime.workers import WorkerScheduler
 
 
 @dataclass
@@ -179,7 +179,7 @@ async def run_experiment(
     child processes (runtime/workers.py); ``on_result`` is then not called, since the parent
     sees records, not results.
     """
-    from runtime.workers import WorkerScheduler
+    from parley.runtime.workers import WorkerScheduler
 
     specs = expand(config)
     folder = RunFolder.prepare(out, config, resume=resume, planned=len(specs))

@@ -33,19 +33,19 @@ from typing import Any
 import anyio
 from opentelemetry import trace
 
-import bus as bus_module
-from agents.backends.pool import ModelPool
-from agents.backends.spec import ModelSpec
-from bus import loop as event_loop
-from bus.loop import LoopLagProbe, Pacer, responsive_gc
-from observability import tracing as tracing_module
-from observability.metrics import episode_summary
-from observability.tracing import Tracing, span_context
-from runtime.config import ExperimentConfig
-from runtime.episode import EpisodeOptions, EpisodeResult
-from runtime.experiment import EpisodeSpec
-from runtime.results import EncodedResult, ResultWriter
-from runtime.scheduler import Progress, Scheduler, episode_options
+import parley.bus as bus_module
+from parley.agents.backends.pool import ModelPool
+from parley.agents.backends.spec import ModelSpec
+from parley.bus import loop as event_loop
+from parley.bus.loop import LoopLagProbe, Pacer, responsive_gc
+from parley.observability import tracing as tracing_module
+from parley.observability.metrics import episode_summary
+from parley.observability.tracing import Tracing, span_context
+from parley.runtime.config import ExperimentConfig
+from parley.runtime.episode import EpisodeOptions, EpisodeResult
+from parley.runtime.experiment import EpisodeSpec
+from parley.runtime.results import EncodedResult, ResultWriter
+from parley.runtime.scheduler import Progress, Scheduler, episode_options
 
 _FRAME = struct.Struct(">IB")
 _HEADER = struct.Struct(">I")
@@ -113,7 +113,7 @@ def worker_models(models: dict[str, Any], workers: int) -> dict[str, ModelSpec]:
 class WorkerScheduler:
     """Plays specs in ``workers`` child processes, at most ``concurrency`` at once in all.
 
-    The same surface as :class:`~runtime.scheduler.Scheduler` (``progress``, ``stop()``,
+    The same surface as :class:`~parley.runtime.scheduler.Scheduler` (``progress``, ``stop()``,
     ``run()``). Specs are dealt round robin; each worker gets its share of the concurrency.
     ``job`` is what every worker needs to rebuild the run (config, run id, folder, bus URL);
     the model servers the parent launched reach the workers as URLs.
@@ -189,7 +189,7 @@ class WorkerScheduler:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "runtime.workers",
+            "parley.runtime.workers",
             str(theirs.fileno()),
             pass_fds=(theirs.fileno(),),
             env=env,
@@ -252,7 +252,7 @@ class _FrameSink:
     """Where a worker's scheduler writes finished episodes: back to the parent, as frames.
 
     Like the parent's writer, it encodes each episode on its own task, a slice at a time (see
-    :class:`~bus.loop.Pacer`), with what the run's metrics need from it; ``write`` returns once
+    :class:`~parley.bus.loop.Pacer`), with what the run's metrics need from it; ``write`` returns once
     the frame is handed to the socket.
     """
 

@@ -31,7 +31,7 @@ import orjson
 import yarl
 from opentelemetry import baggage, trace
 
-from agents.backends.formats import (
+from parley.agents.backends.formats import (
     AnthropicStream,
     BadResponse,
     OpenAIStream,
@@ -43,9 +43,9 @@ from agents.backends.formats import (
     parse_openai,
     prepare,
 )
-from agents.backends.limiter import AdaptiveLimiter
-from agents.backends.spec import GenerationParams, ModelSpec
-from bus.messages import PromptMessage
+from parley.agents.backends.limiter import AdaptiveLimiter
+from parley.agents.backends.spec import GenerationParams, ModelSpec
+from parley.bus.messages import PromptMessage
 
 TracerFn = Callable[[], trace.Tracer]
 

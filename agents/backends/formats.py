@@ -9,9 +9,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from agents.backends.spec import GenerationParams, ModelSpec
-from agents.tokens import count_tokens
-from bus.messages import ImagePart, PromptMessage, TextPart, Usage
+from parley.agents.backends.spec import GenerationParams, ModelSpec
+from parley.agents.tokens import count_tokens
+from parley.bus.messages import ImagePart, PromptMessage, TextPart, Usage
 
 IMAGE_TOKENS = 85  # a rough per-image cost, for the context-size check only
 TURN_PROMPT = "(Your turn.)"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from agents.backends.client import ModelClient, ModelUnavailable
-from agents.backends.spec import GenerationParams
-from agents.policies import Decision
-from agents.prompt import Prompt
+from parley.agents.backends.client import ModelClient, ModelUnavailable
+from parley.agents.backends.spec import GenerationParams
+from parley.agents.policies import Decision
+from parley.agents.prompt import Prompt
 
 
 class LlmPolicy:

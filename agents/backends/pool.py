@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from agents.backends.client import (
+from parley.agents.backends.client import (
     BACKENDS,
     Endpoint,
     ModelClient,
@@ -14,7 +14,7 @@ from agents.backends.client import (
     TracerFn,
     api_key,
 )
-from agents.backends.spec import ModelSpec
+from parley.agents.backends.spec import ModelSpec
 
 
 class ModelPool:
@@ -87,8 +87,8 @@ class ModelPool:
         return client
 
     def policy(self, name: str, params: dict[str, Any] | None = None, role: str = "") -> Any:
-        """An :class:`~agents.backends.policy.LlmPolicy` for one role of one episode."""
-        from agents.backends.policy import LlmPolicy
+        """An :class:`~parley.agents.backends.policy.LlmPolicy` for one role of one episode."""
+        from parley.agents.backends.policy import LlmPolicy
 
         try:
             client = self.client(name)

@@ -11,7 +11,7 @@ injected (429 with Retry-After, 500, 503, hangs, truncated bodies, garbage, drop
 Control while it runs: ``GET /sim/stats`` (counters), ``POST /sim/config`` (replace parts of the
 config, e.g. faults), ``POST /sim/reset`` (zero the counters).
 
-Start it as its own process (``python -m agents.backends.simserver --port 0``, or
+Start it as its own process (``python -m parley.agents.backends.simserver --port 0``, or
 :class:`SimServerProcess`); it prints ``listening on http://HOST:PORT`` once it accepts requests.
 """
 
@@ -41,9 +41,9 @@ import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agents.tokens import count_tokens
-from bus import loop as event_loop
-from bus.loop import LoopLagProbe, responsive_gc
+from parley.agents.tokens import count_tokens
+from parley.bus import loop as event_loop
+from parley.bus.loop import LoopLagProbe, responsive_gc
 
 IMAGE_TOKENS = 85  # what one image counts for in the reported usage
 # Prompts repeat (the system text of every episode, the history of each turn again in the
@@ -683,7 +683,7 @@ class SimServerProcess:
             [
                 sys.executable,
                 "-m",
-                "agents.backends.simserver",
+                "parley.agents.backends.simserver",
                 "--config",
                 self._config_file,
                 "--port",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from environments.clem import mapworld, matchit, reference
-from environments.registry import GameInfo, register
+from parley.environments.clem import mapworld, matchit, reference
+from parley.environments.registry import GameInfo, register
 
 GAMES = (
     "clem.matchit",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from environments.base import GameMaster, Outcome
+from parley.environments.base import GameMaster, Outcome
 
 ORDINALS = ("first", "second", "third")
 

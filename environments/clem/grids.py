@@ -11,7 +11,7 @@ import random
 
 from PIL import Image, ImageDraw
 
-from environments.render import png
+from parley.environments.render import png
 
 FILLED, EMPTY = "X", "▢"
 SIZE = 5

@@ -16,9 +16,9 @@ from typing import Any
 
 from PIL import Image
 
-from environments.clem import grids, pentomino, rooms, scenes
-from environments.clem.common import an
-from environments.render import png
+from parley.environments.clem import grids, pentomino, rooms, scenes
+from parley.environments.clem.common import an
+from parley.environments.render import png
 
 Stimulus = dict[str, Any]
 MAX_PHOTO_SIDE = 768

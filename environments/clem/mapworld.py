@@ -3,7 +3,7 @@
 Maps come from a random walk on a 4×4 grid until it has 4, 6 or 8 rooms (clembench's
 ``AbstractMap``); a walk that steps back onto a room it knows may add a door that closes a cycle,
 and experiments ask for maps with or without one. Every room has a category and a picture drawn
-for it (:mod:`environments.clem.rooms`); the image variant shows the picture and never names the
+for it (:mod:`parley.environments.clem.rooms`); the image variant shows the picture and never names the
 room, the text variant names it.
 
 Variants: **EE** (visit every room, then say DONE), **G2X** (find the room of a given category and
@@ -31,11 +31,11 @@ from typing import Any, ClassVar
 import networkx as nx
 from PIL import Image, ImageDraw
 
-from environments.base import Observation, View
-from environments.clem import rooms
-from environments.clem.common import ClemGameMaster, episode_scores, seeded
-from environments.clem.images import render
-from environments.render import label, png
+from parley.environments.base import Observation, View
+from parley.environments.clem import rooms
+from parley.environments.clem.common import ClemGameMaster, episode_scores, seeded
+from parley.environments.clem.images import render
+from parley.environments.render import label, png
 
 Pos = tuple[int, int]
 DELTAS: dict[str, Pos] = {"north": (0, 1), "east": (1, 0), "south": (0, -1), "west": (-1, 0)}

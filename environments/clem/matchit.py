@@ -25,9 +25,9 @@ import random
 import re
 from typing import Any
 
-from environments.base import Observation, View
-from environments.clem import grids, images, pentomino, photos, scenes
-from environments.clem.common import ClemGameMaster, episode_scores, seeded
+from parley.environments.base import Observation, View
+from parley.environments.clem import grids, images, pentomino, photos, scenes
+from parley.environments.clem.common import ClemGameMaster, episode_scores, seeded
 
 DESCRIPTION, QUESTION, ANSWER, DECISION = "DESCRIPTION:", "QUESTION:", "ANSWER:", "DECISION:"
 SAME, DIFFERENT = "same image", "different images"

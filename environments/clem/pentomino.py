@@ -14,8 +14,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from environments.clem.common import an
-from environments.render import png
+from parley.environments.clem.common import an
+from parley.environments.render import png
 
 SHAPES: dict[str, tuple[str, ...]] = {
     "F": (".##", "##.", ".#."),

@@ -29,8 +29,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from environments.clem import images, rooms, scenes
-from environments.clem.common import an
+from parley.environments.clem import images, rooms, scenes
+from parley.environments.clem.common import an
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 

@@ -9,7 +9,7 @@ Experiments (``set``): ``grids_rows``, ``grids_columns``, ``grids_diagonals``,
 ``grids_letters``, ``grids_shapes``, ``grids_random`` (text and image variants),
 ``pentomino``, ``ade``, ``docci``, ``clevr`` and ``ade_static``, ``docci_static``,
 ``clevr_static`` (one target, varying distractors); the photo sets read ``dataset_dir`` or,
-when it is empty, use the synthetic stand-ins of :mod:`environments.clem.scenes`.
+when it is empty, use the synthetic stand-ins of :mod:`parley.environments.clem.scenes`.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import random
 import re
 from typing import Any
 
-from environments.base import Observation, View
-from environments.clem import grids, images, pentomino, photos
-from environments.clem.common import ORDINALS, ClemGameMaster, episode_scores, seeded
+from parley.environments.base import Observation, View
+from parley.environments.clem import grids, images, pentomino, photos
+from parley.environments.clem.common import ORDINALS, ClemGameMaster, episode_scores, seeded
 
 GRID_SETS = {
     "grids_rows": "rows",

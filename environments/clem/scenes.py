@@ -6,7 +6,7 @@ metadata the loaders read (a scene category; a list of concepts; a list of objec
 colour, material and shape), so the same target/distractor selection runs on them. Reports mark
 them ``source: synthetic``: they are not the paper's photos.
 
-- ``room`` scenes (ADE20K-like: a scene category) come from :mod:`environments.clem.rooms`;
+- ``room`` scenes (ADE20K-like: a scene category) come from :mod:`parley.environments.clem.rooms`;
 - ``outdoor`` scenes (DOCCI-like: concepts such as tree, house, car);
 - ``objects`` scenes (CLEVR-like: cubes, spheres, cylinders of two sizes and materials).
 """
@@ -18,9 +18,9 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
-from environments.clem import rooms
-from environments.clem.common import an
-from environments.render import png
+from parley.environments.clem import rooms
+from parley.environments.clem.common import an
+from parley.environments.render import png
 
 RGB = tuple[int, int, int]
 W, H, GROUND = 480, 360, 250

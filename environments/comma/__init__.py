@@ -10,7 +10,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from environments.comma import (
+from parley.environments.comma import (
     atm,
     colour,
     keypad,
@@ -22,9 +22,9 @@ from environments.comma import (
     who,
     wire,
 )
-from environments.comma.base import CommaGameMaster, Puzzle
-from environments.comma.talk import random_solver
-from environments.registry import GameInfo, register, renders_pictures
+from parley.environments.comma.base import CommaGameMaster, Puzzle
+from parley.environments.comma.talk import random_solver
+from parley.environments.registry import GameInfo, register, renders_pictures
 
 LOOP_SETTINGS: dict[str, Any] = {"max_turns": 10, "max_mistakes": 3, "variant": "image"}
 

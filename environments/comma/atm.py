@@ -8,10 +8,10 @@ import random
 import re
 from typing import Any, ClassVar
 
-from environments.base import StepResult, View
-from environments.comma.base import Puzzle, seeded
-from environments.comma.talk import ACKNOWLEDGE, looks_like_actions
-from environments.render import canvas, label, png
+from parley.environments.base import StepResult, View
+from parley.environments.comma.base import Puzzle, seeded
+from parley.environments.comma.talk import ACKNOWLEDGE, looks_like_actions
+from parley.environments.render import canvas, label, png
 
 MENU = ("Deposit", "Withdrawal")
 CHOICES = ("Confirm", "Go back")

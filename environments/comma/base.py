@@ -8,8 +8,8 @@ import random
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from environments.base import GameMaster, Observation, Outcome, StepResult
-from environments.parsing import action_lines
+from parley.environments.base import GameMaster, Observation, Outcome, StepResult
+from parley.environments.parsing import action_lines
 
 SOLVER_SYSTEM = """\
 You are the solver in a two-player cooperative puzzle game. You can see the puzzle and act on \

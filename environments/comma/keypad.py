@@ -8,10 +8,10 @@ import re
 from itertools import combinations
 from typing import Any, ClassVar
 
-from environments.base import StepResult, View
-from environments.comma.base import Puzzle, seeded
-from environments.comma.symbols import SYMBOLS, draw_symbol
-from environments.comma.talk import (
+from parley.environments.base import StepResult, View
+from parley.environments.comma.base import Puzzle, seeded
+from parley.environments.comma.symbols import SYMBOLS, draw_symbol
+from parley.environments.comma.talk import (
     ACKNOWLEDGE,
     POSITIONS4,
     latest_instruction,
@@ -19,7 +19,7 @@ from environments.comma.talk import (
     positions_in,
     words,
 )
-from environments.render import canvas, label, png
+from parley.environments.render import canvas, label, png
 
 # Six columns of seven symbols. Two columns share at most three symbols, so any four symbols
 # of one column appear together in no other column.

@@ -9,9 +9,9 @@ import re
 import string
 from typing import Any, ClassVar
 
-from environments.base import StepResult, View
-from environments.comma.base import Puzzle, seeded
-from environments.comma.talk import (
+from parley.environments.base import StepResult, View
+from parley.environments.comma.base import Puzzle, seeded
+from parley.environments.comma.talk import (
     ACKNOWLEDGE,
     OPPOSITE,
     POSITIONS4,
@@ -20,7 +20,7 @@ from environments.comma.talk import (
     positions_in,
     words,
 )
-from environments.render import COLORS, canvas, label, png
+from parley.environments.render import COLORS, canvas, label, png
 
 MULTIPLIERS = {"red": 2, "green": 3, "blue": 4, "yellow": 5, "purple": 6, "orange": 7}
 LETTERS = string.ascii_uppercase

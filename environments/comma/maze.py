@@ -9,10 +9,10 @@ import re
 from collections import deque
 from typing import Any, ClassVar
 
-from environments.base import StepResult, View
-from environments.comma.base import Puzzle, seeded
-from environments.comma.talk import ACKNOWLEDGE, latest_instruction, looks_like_actions
-from environments.render import COLORS, canvas, label, png
+from parley.environments.base import StepResult, View
+from parley.environments.comma.base import Puzzle, seeded
+from parley.environments.comma.talk import ACKNOWLEDGE, latest_instruction, looks_like_actions
+from parley.environments.render import COLORS, canvas, label, png
 
 N = 9
 CENTRE = (4, 4)

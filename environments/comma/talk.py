@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import re
 
-from environments.base import View
+from parley.environments.base import View
 
 # Four buttons in a 2×2 grid (keypad, LED); six in a 3×2 grid (who).
 POSITIONS4 = ("top_left", "top_right", "bottom_left", "bottom_right")

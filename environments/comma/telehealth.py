@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 
 from PIL import Image, ImageDraw, ImageFilter
 
-from environments.base import StepResult, View
-from environments.comma.base import Puzzle, seeded
-from environments.comma.pad_ufes import DIAGNOSES, PadRecord, load_pad_ufes
-from environments.comma.talk import ACKNOWLEDGE, latest_instruction, looks_like_actions
-from environments.render import canvas, label, png
+from parley.environments.base import StepResult, View
+from parley.environments.comma.base import Puzzle, seeded
+from parley.environments.comma.pad_ufes import DIAGNOSES, PadRecord, load_pad_ufes
+from parley.environments.comma.talk import ACKNOWLEDGE, latest_instruction, looks_like_actions
+from parley.environments.render import canvas, label, png
 
 TREATMENTS = ("surgery", "no_treatment", "cryotherapy")
 NAMES = {

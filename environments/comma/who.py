@@ -7,9 +7,9 @@ import random
 import re
 from typing import Any, ClassVar
 
-from environments.base import StepResult, View
-from environments.comma.base import Puzzle, seeded
-from environments.comma.talk import (
+from parley.environments.base import StepResult, View
+from parley.environments.comma.base import Puzzle, seeded
+from parley.environments.comma.talk import (
     ACKNOWLEDGE,
     POSITIONS6,
     latest_instruction,
@@ -17,7 +17,7 @@ from environments.comma.talk import (
     positions_in,
     words,
 )
-from environments.render import canvas, label, png
+from parley.environments.render import canvas, label, png
 
 # Step 1: the display word → the button whose label to read ("" is an empty display).
 STEP1: dict[str, str] = {

@@ -6,10 +6,10 @@ import random
 import re
 from typing import Any, ClassVar
 
-from environments.base import StepResult, View
-from environments.comma.base import Puzzle, seeded
-from environments.comma.talk import random_solver
-from environments.render import COLORS, canvas, label, png
+from parley.environments.base import StepResult, View
+from parley.environments.comma.base import Puzzle, seeded
+from parley.environments.comma.talk import random_solver
+from parley.environments.render import COLORS, canvas, label, png
 
 WIRE_COLORS = ("red", "blue", "yellow", "white", "black")
 ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth")

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from functools import partial
 
-from environments.mango.data import MangoDataError, MangoGame, Question, load_game
-from environments.mango.game import (
+from parley.environments.mango.data import MangoDataError, MangoGame, Question, load_game
+from parley.environments.mango.game import (
     DEFAULT_SETTINGS,
     MangoMaster,
     check_settings,
     make_instance,
     plan,
 )
-from environments.mango.players import oracle_navigator, random_navigator, scripted_navigator
-from environments.registry import GameInfo, register
+from parley.environments.mango.players import oracle_navigator, random_navigator, scripted_navigator
+from parley.environments.registry import GameInfo, register
 
 PLAYERS = {
     "navigator": {

@@ -21,9 +21,9 @@ import random
 from functools import lru_cache
 from typing import Any
 
-from agents.tokens import count_tokens
-from environments.base import GameMaster, Observation
-from environments.mango.data import (
+from parley.agents.tokens import count_tokens
+from parley.environments.base import GameMaster, Observation
+from parley.environments.mango.data import (
     MangoDataError,
     MangoGame,
     Question,
@@ -31,15 +31,15 @@ from environments.mango.data import (
     cached_game,
     game_names,
 )
-from environments.mango.prompts import (
+from parley.environments.mango.prompts import (
     INSTRUCTIONS,
     briefing,
     question_text,
     render_steps,
     walkthrough_block,
 )
-from environments.mango.scoring import Maze, score
-from environments.mango.synthetic import synthetic_game, synthetic_name
+from parley.environments.mango.scoring import Maze, score
+from parley.environments.mango.synthetic import synthetic_game, synthetic_name
 
 DEFAULT_SETTINGS: dict[str, Any] = {
     "data_dir": None,  # a folder of MANGO games; None plays synthetic mazes

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from environments.base import PlayFn, View
-from environments.mango.game import MangoMaster, make_instance, plan
+from parley.environments.base import PlayFn, View
+from parley.environments.mango.game import MangoMaster, make_instance, plan
 
 
 def play_episode(instance: dict[str, Any], settings: dict[str, Any], player: PlayFn) -> MangoMaster:

@@ -9,10 +9,10 @@ from functools import lru_cache
 
 import networkx as nx
 
-from environments.base import View
-from environments.mango.data import build_graph
-from environments.mango.mapper import WalkthroughMap
-from environments.mango.prompts import ACTIONS_HEAD, WALKTHROUGH_HEAD, read_lists
+from parley.environments.base import View
+from parley.environments.mango.data import build_graph
+from parley.environments.mango.mapper import WalkthroughMap
+from parley.environments.mango.prompts import ACTIONS_HEAD, WALKTHROUGH_HEAD, read_lists
 
 _MARK = WALKTHROUGH_HEAD.split("{", 1)[0]
 
@@ -55,7 +55,7 @@ def _known_graph(
     source_json: str, cutoff: int
 ) -> tuple[nx.MultiDiGraph, dict[tuple[str, str], list[str]]]:
     """The maze as known at ``cutoff``, and its moves: (place, action) → places."""
-    from environments.mango.game import source_game
+    from parley.environments.mango.game import source_game
 
     game = source_game(json.loads(source_json))
     graph = build_graph(game.known_edges(cutoff))

@@ -3,7 +3,7 @@ templates, in the project's own words)."""
 
 from __future__ import annotations
 
-from environments.mango.data import Question, Step
+from parley.environments.mango.data import Question, Step
 
 INSTRUCTIONS = """\
 You are the navigator in a mapping and navigation quiz. You get the beginning of a walkthrough \

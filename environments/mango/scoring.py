@@ -31,9 +31,9 @@ from typing import Any
 
 import networkx as nx
 
-from environments.mango.data import Question
-from environments.mango.mapper import norm
-from environments.parsing import first_bracketed
+from parley.environments.mango.data import Question
+from parley.environments.mango.mapper import norm
+from parley.environments.parsing import first_bracketed
 
 KEYS = ("location_before", "action", "location_after")
 ALIASES = {"prev_node": "location_before", "node": "location_after"}

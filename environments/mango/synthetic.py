@@ -6,7 +6,7 @@ walking to each unvisited room, trying the odd blocked exit, doing things that d
 player, seeing one room in the dark until the lamp is lit — and every step gets a game-style
 observation (the room's name as a heading, a description that may name a neighbouring room).
 The edges file, the locations and the DF/RF questions are then derived from the first
-``horizon`` steps with the same rules as the real data (see :mod:`environments.mango.data`).
+``horizon`` steps with the same rules as the real data (see :mod:`parley.environments.mango.data`).
 Everything is a pure function of ``(seed, index)`` and the size settings.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import networkx as nx
 
-from environments.mango.data import (
+from parley.environments.mango.data import (
     EDGE_FIELDS,
     NEVER,
     MangoGame,

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from environments.playground.chessgame import ChessKit
-from environments.playground.common import seeded
-from environments.playground.gomoku import GomokuKit
-from environments.playground.kit import Kit
-from environments.playground.minesweeper import MinesweeperKit
-from environments.playground.players import players_for
-from environments.playground.reversi import ReversiKit
-from environments.playground.sudoku import SudokuKit
-from environments.playground.tasks import TASKS, master_for
-from environments.playground.tictactoe import TicTacToeKit
-from environments.registry import GameInfo, register, renders_pictures
+from parley.environments.playground.chessgame import ChessKit
+from parley.environments.playground.common import seeded
+from parley.environments.playground.gomoku import GomokuKit
+from parley.environments.playground.kit import Kit
+from parley.environments.playground.minesweeper import MinesweeperKit
+from parley.environments.playground.players import players_for
+from parley.environments.playground.reversi import ReversiKit
+from parley.environments.playground.sudoku import SudokuKit
+from parley.environments.playground.tasks import TASKS, master_for
+from parley.environments.playground.tictactoe import TicTacToeKit
+from parley.environments.registry import GameInfo, register, renders_pictures
 
 KITS: dict[str, Kit] = {
     kit.name: kit

@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 
 import chess
 
-from environments.playground import stockfish
-from environments.playground.common import Grid, Matrix, centered_text
-from environments.playground.kit import (
+from parley.environments.playground import stockfish
+from parley.environments.playground.common import Grid, Matrix, centered_text
+from parley.environments.playground.kit import (
     Kit,
     Played,
     Position,

@@ -19,8 +19,8 @@ from typing import Any
 
 from PIL import ImageDraw
 
-from environments.parsing import first_bracketed
-from environments.render import canvas, font, png
+from parley.environments.parsing import first_bracketed
+from parley.environments.render import canvas, font, png
 
 Matrix = list[list[int]]
 Cell = tuple[int, int]  # (row, column), 0-based, row 0 at the top

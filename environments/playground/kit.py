@@ -1,8 +1,8 @@
 """What each playground game provides to the four tasks: a :class:`Kit` (pictures, text,
 random boards, questions, states, opponents) and a :class:`Position` (rules of one state).
 
-The task game masters in :mod:`environments.playground.tasks` and the built-in players in
-:mod:`environments.playground.players` work on any kit, so a game is written once.
+The task game masters in :mod:`parley.environments.playground.tasks` and the built-in players in
+:mod:`parley.environments.playground.players` work on any kit, so a game is written once.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from environments.playground.common import (
+from parley.environments.playground.common import (
     LETTERS,
     DrawCell,
     Grid,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from typing import Any, ClassVar
 
-from environments.playground.common import (
+from parley.environments.playground.common import (
     Grid,
     Matrix,
     canonical_cell,
@@ -21,7 +21,7 @@ from environments.playground.common import (
     parse_cell,
     seeded,
 )
-from environments.playground.kit import (
+from parley.environments.playground.kit import (
     Kit,
     Played,
     Position,

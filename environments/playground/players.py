@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import random
 
-from environments.base import PlayFn, View
-from environments.playground.common import LETTERS, cpu_bound
-from environments.playground.kit import Kit
+from parley.environments.base import PlayFn, View
+from parley.environments.playground.common import LETTERS, cpu_bound
+from parley.environments.playground.kit import Kit
 
 
 def _data(view: View) -> dict:

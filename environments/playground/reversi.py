@@ -6,14 +6,14 @@ from __future__ import annotations
 import random
 from typing import Any, ClassVar
 
-from environments.playground.common import (
+from parley.environments.playground.common import (
     Grid,
     Matrix,
     cell_name,
     parse_cell,
     scattered_board,
 )
-from environments.playground.kit import (
+from parley.environments.playground.kit import (
     FlatBoardPosition,
     Kit,
     Played,

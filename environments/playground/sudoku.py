@@ -11,7 +11,7 @@ import random
 import re
 from typing import Any, ClassVar
 
-from environments.playground.common import (
+from parley.environments.playground.common import (
     Grid,
     Matrix,
     cell_name,
@@ -19,7 +19,7 @@ from environments.playground.common import (
     parse_cell,
     seeded,
 )
-from environments.playground.kit import (
+from parley.environments.playground.kit import (
     Kit,
     Played,
     Position,

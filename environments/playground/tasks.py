@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from environments.base import GameMaster, Observation, StepResult
-from environments.playground.common import (
+from parley.environments.base import GameMaster, Observation, StepResult
+from parley.environments.playground.common import (
     LETTERS,
     answer_letter,
     cpu_bound,
@@ -24,7 +24,7 @@ from environments.playground.common import (
     movement_field,
     parse_matrix,
 )
-from environments.playground.kit import Kit, Position, Question
+from parley.environments.playground.kit import Kit, Position, Question
 
 TASKS = ("perceiving", "qa", "rule", "e2e")
 

@@ -7,7 +7,7 @@ import random
 from functools import cache
 from typing import Any, ClassVar
 
-from environments.playground.common import (
+from parley.environments.playground.common import (
     Grid,
     Matrix,
     all_cells,
@@ -15,7 +15,7 @@ from environments.playground.common import (
     cell_name,
     parse_cell,
 )
-from environments.playground.kit import (
+from parley.environments.playground.kit import (
     Kit,
     Played,
     Position,

@@ -2,7 +2,7 @@
 (with the per-turn split between waiting on the player and the runtime), privacy leaks next
 to the success rate (seed 001, fig. 4 right) and error categories per model (seed 001, fig. 3).
 
-Loaded by :func:`runtime.report.build_report` after the family tables. Writes ``leaks.png``,
+Loaded by :func:`parley.runtime.report.build_report` after the family tables. Writes ``leaks.png``,
 ``leaks.jsonl``, ``error_categories.png`` and ``errors.jsonl`` into the run folder when there is
 something to show.
 """
@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from observability import errors as error_analysis
-from observability import leaks
-from observability.metrics import turn_timings
-from runtime.report import fmt, markdown_table, pairing_label
+from parley.observability import errors as error_analysis
+from parley.observability import leaks
+from parley.observability.metrics import turn_timings
+from parley.runtime.report import fmt, markdown_table, pairing_label
 
 
 def transcripts(
@@ -355,7 +355,7 @@ def _clip(text: str, width: int = 110) -> str:
 
 def leaks_text(run_dir: Path, limit: int = 20) -> str:
     """The leak tables of a run and its first ``limit`` disclosures (all go to leaks.jsonl)."""
-    from runtime.results import read_records
+    from parley.runtime.results import read_records
 
     records = read_records(run_dir)
     private: list[dict[str, Any]] = []
@@ -390,7 +390,7 @@ def leaks_text(run_dir: Path, limit: int = 20) -> str:
 
 def errors_text(run_dir: Path, limit: int = 20) -> str:
     """The error-category table of a run and its first ``limit`` findings (all in errors.jsonl)."""
-    from runtime.results import read_records
+    from parley.runtime.results import read_records
 
     records = read_records(run_dir)
     relevant: list[dict[str, Any]] = []
@@ -422,7 +422,7 @@ def errors_text(run_dir: Path, limit: int = 20) -> str:
 
 def judge_text(run_dir: Path, verdicts: list[Any]) -> str:
     """Judge verdicts per model, and how often they agree with the rules' primary category."""
-    from runtime.results import read_records
+    from parley.runtime.results import read_records
 
     by_episode = {r["episode"]: r for r in read_records(run_dir)}
     rules = {}

@@ -13,9 +13,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from environments.clem.scoring import GameStats, clemscore, game_stats
-from observability.transcript_html import write_html
-from runtime.report import fmt, markdown_table, mean
+from parley.environments.clem.scoring import GameStats, clemscore, game_stats
+from parley.observability.transcript_html import write_html
+from parley.runtime.report import fmt, markdown_table, mean
 
 GAMES = (
     "clem.matchit",
@@ -223,7 +223,7 @@ def mapworld_table(records: list[dict[str, Any]]) -> str:
 
 def mapworld_extra(record: dict[str, Any], messages: list[dict[str, Any]], html_dir: Path) -> str:
     """The map with the walked path (fig. 7 style), drawn from the game master's notes."""
-    from environments.clem.mapworld import render_path
+    from parley.environments.clem.mapworld import render_path
 
     notes = [
         m for m in messages if m.get("kind") == "transcript_event" and m.get("event") == "note"

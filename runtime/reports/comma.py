@@ -5,7 +5,7 @@ when only the first t solver turns count, computed by cutting the recorded trans
 Metrics per episode (``episode_metrics``): SR (0/1), PSR (0–1; 1 on success, else the
 puzzle's partial score), mistakes, conversation length ((solver + expert messages) // 2),
 tokens = the output tokens of the solver's and the expert's messages (the backend's count when
-a model answered, otherwise ``agents.tokens`` — ``token_source`` says which),
+a model answered, otherwise ``parley.agents.tokens`` — ``token_source`` says which),
 conciseness ``c = 1 / (1 + tokens / 1000)`` and efficiency ``2·PSR·c / (PSR + c)``.
 Per pairing, efficiency is computed as in the paper, from the mean PSR and the mean tokens.
 """
@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from runtime.report import markdown_table
+from parley.runtime.report import markdown_table
 
 PUZZLES = (
     "wire",
@@ -309,7 +309,7 @@ def _plot_psr(rows: list[dict[str, Any]], path: Path) -> None:
 def iter_messages(run_dir: Path, episodes: set[str]) -> Iterator[dict[str, Any]]:
     """The recorded messages of ``episodes``, each episode's in order, in one pass over the
     run's transcripts (``RunFolder.iter_transcript`` looks one episode up at a time)."""
-    from runtime.results import RunFolder
+    from parley.runtime.results import RunFolder
 
     folder = RunFolder(run_dir)
     if folder.transcripts.is_file():

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from runtime.report import markdown_table
+from parley.runtime.report import markdown_table
 
 TYPES = ("df", "rf")
 LABELS = ("easy", "hard")

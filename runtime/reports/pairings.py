@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from runtime.report import fmt, markdown_table, mean
+from parley.runtime.report import fmt, markdown_table, mean
 
 
 def _metrics(records: list[dict[str, Any]]) -> list[str]:

@@ -6,7 +6,7 @@ Rows are the player of role ``player`` (with ``[text]`` for the text variant, an
 opponent when it is not the built-in search). A value below the random player's for the same
 game and variant is marked ↓ (the paper's blue).
 
-    python -m runtime.reports.playground RUN_DIR
+    python -m parley.runtime.reports.playground RUN_DIR
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from environments.playground.ratings import (
+from parley.environments.playground.ratings import (
     ABILITIES,
     GAMES,
     STARS,
@@ -173,11 +173,11 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from runtime.results import read_records
+    from parley.runtime.results import read_records
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
-        print("usage: python -m runtime.reports.playground RUN_DIR", file=sys.stderr)
+        print("usage: python -m parley.runtime.reports.playground RUN_DIR", file=sys.stderr)
         return 2
     run = Path(args[0])
     print(report(read_records(run), run))

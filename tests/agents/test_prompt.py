@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import copy
 
-from agents.prompt import Prompt, _message
-from bus.messages import ImagePart, PromptMessage, TextPart, TurnResponse
-from memory import MemoryEntry, WorkingMemory
+from parley.agents.prompt import Prompt, _message
+from parley.bus.messages import ImagePart, PromptMessage, TextPart, TurnResponse
+from parley.memory import MemoryEntry, WorkingMemory
 
 
 def test_the_fast_constructor_makes_what_model_construct_makes() -> None:

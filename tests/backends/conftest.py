@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.backends.simserver import SimServerProcess
-from environments.comma.wire import WirePuzzle, wire_to_cut
-from runtime.config import ExperimentConfig, load_config
-from runtime.results import RunFolder
-from runtime.scheduler import run_experiment
+from parley.agents.backends.simserver import SimServerProcess
+from parley.environments.comma.wire import WirePuzzle, wire_to_cut
+from parley.runtime.config import ExperimentConfig, load_config
+from parley.runtime.results import RunFolder
+from parley.runtime.scheduler import run_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_YAML = ROOT / "configs" / "sim.yaml"

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.backends.pool import ModelPool
-from agents.backends.simserver import SimServerProcess
-from agents.backends.spec import ModelSpec
-from bus.messages import PromptMessage, TextPart
-from runtime.launch import free_port
+from parley.agents.backends.pool import ModelPool
+from parley.agents.backends.simserver import SimServerProcess
+from parley.agents.backends.spec import ModelSpec
+from parley.bus.messages import PromptMessage, TextPart
+from parley.runtime.launch import free_port
 from tests.backends.conftest import FAST_RETRY, SEEDS, model, play, transcript, wire_config
 
 pytestmark = pytest.mark.anyio

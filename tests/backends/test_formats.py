@@ -13,8 +13,8 @@ import time
 import pytest
 from PIL import Image
 
-from agents.backends.client import retry_after
-from agents.backends.formats import (
+from parley.agents.backends.client import retry_after
+from parley.agents.backends.formats import (
     EARLIER_IMAGE,
     NO_IMAGES,
     TURN_PROMPT,
@@ -28,9 +28,9 @@ from agents.backends.formats import (
     parse_openai,
     prepare,
 )
-from agents.backends.limiter import AdaptiveLimiter
-from agents.backends.spec import GenerationParams, ModelSpec
-from bus.messages import ImagePart, PromptMessage, TextPart
+from parley.agents.backends.limiter import AdaptiveLimiter
+from parley.agents.backends.spec import GenerationParams, ModelSpec
+from parley.bus.messages import ImagePart, PromptMessage, TextPart
 
 
 def _png(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30)) -> ImagePart:

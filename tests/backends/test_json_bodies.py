@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from agents.backends.client import _dumps, _loads
+from parley.agents.backends.client import _dumps, _loads
 
 
 def test_json_bodies_read_as_the_standard_library_reads_them() -> None:

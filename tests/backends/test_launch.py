@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.backends.spec import ModelSpec
-from runtime.launch import launch_command
+from parley.agents.backends.spec import ModelSpec
+from parley.runtime.launch import launch_command
 from tests.backends.conftest import SIM_YAML, play, wire_config
 
 pytestmark = pytest.mark.anyio
@@ -23,7 +23,7 @@ def _listening(port: int) -> bool:
 
 
 def _sim_command(extra: str = "") -> str:
-    return f"{{python}} -m agents.backends.simserver --config {SIM_YAML} --port {{port}} {extra}"
+    return f"{{python}} -m parley.agents.backends.simserver --config {SIM_YAML} --port {{port}} {extra}"
 
 
 async def test_a_launched_server_is_used_stopped_and_logged(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ async def test_a_launched_server_is_used_stopped_and_logged(tmp_path: Path) -> N
     records = await play(config, tmp_path)
     assert [r["outcome"] for r in records] == ["success"] * 3, [r["reason"] for r in records]
     log = (tmp_path / "logs" / "solver.log").read_text()
-    assert log.startswith(f"$ {sys.executable} -m agents.backends.simserver")
+    assert log.startswith(f"$ {sys.executable} -m parley.agents.backends.simserver")
     assert "listening on http://127.0.0.1:" in log
     port = int(log.split("listening on http://127.0.0.1:")[1].split()[0])
     assert not _listening(port), "the server still runs after the run"

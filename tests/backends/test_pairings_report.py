@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.backends.simserver import SimServerProcess
-from runtime.report import build_report
-from runtime.reports.pairings import pairing_tables
+from parley.agents.backends.simserver import SimServerProcess
+from parley.runtime.report import build_report
+from parley.runtime.reports.pairings import pairing_tables
 from tests.backends.conftest import base_sim, model, play, wire_config
 
 pytestmark = pytest.mark.anyio

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from environments.base import GameMaster, Observation, View
-from environments.registry import GameInfo, register
-from runtime.config import ConfigError, load_config
-from runtime.experiment import expand
+from parley.environments.base import GameMaster, Observation, View
+from parley.environments.registry import GameInfo, register
+from parley.runtime.config import ConfigError, load_config
+from parley.runtime.experiment import expand
 
 
 def _config(models: dict[str, Any], pairings: list[Any], **block: Any) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.backends.simserver import SimServerProcess
-from runtime.report import write_report
+from parley.agents.backends.simserver import SimServerProcess
+from parley.runtime.report import write_report
 from tests.backends.conftest import FAST_RETRY, base_sim, model, play, wire_config
 
 pytestmark = pytest.mark.anyio

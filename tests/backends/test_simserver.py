@@ -10,7 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agents.backends.simserver import SimServerProcess
+from parley.agents.backends.simserver import SimServerProcess
 
 pytestmark = pytest.mark.anyio
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agents.backends.simserver import SimServerProcess
-from environments.comma.wire import WirePuzzle, wire_to_cut
+from parley.agents.backends.simserver import SimServerProcess
+from parley.environments.comma.wire import WirePuzzle, wire_to_cut
 from tests.backends.conftest import SEEDS, model, play, transcript, wire_config
 
 pytestmark = pytest.mark.anyio
@@ -172,11 +172,11 @@ async def test_without_a_run_pool_a_policy_brings_and_closes_its_own_clients(
 ) -> None:
     """Given the bare registry (no run-wide pool, e.g. a process that plays single episodes), a
     model player still works, and its clients close with the episode."""
-    from agents.agent import Agent
-    from bus.messages import TextPart, TurnRequest
-    from environments import registry
-    from runtime.config import PlayerSpec
-    from runtime.players import make_policy
+    from parley.agents.agent import Agent
+    from parley.bus.messages import TextPart, TurnRequest
+    from parley.environments import registry
+    from parley.runtime.config import PlayerSpec
+    from parley.runtime.players import make_policy
 
     registry_entries = {"m": model(sim, "expert-m")}  # plain dicts, as read back from JSON
     policy = make_policy(

@@ -6,7 +6,7 @@ import hashlib
 
 from hypothesis import strategies as st
 
-from bus.messages import (
+from parley.bus.messages import (
     Control,
     EpisodeFinished,
     EpisodeStarted,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bus.broker import (
+from parley.bus.broker import (
     INSTALL_HINT,
     PROJECT_CONFIG,
     find_mosquitto,
@@ -23,7 +23,7 @@ from bus.broker import (
     run_broker,
     start_mosquitto,
 )
-from bus.mqtt import MqttBus
+from parley.bus.mqtt import MqttBus
 from tests.conftest import require
 
 HAVE_MOSQUITTO = find_mosquitto() is not None
@@ -140,7 +140,7 @@ def test_a_broker_that_cannot_start_reports_its_log() -> None:
 def test_run_broker_runs_mosquitto_in_the_foreground_until_interrupted() -> None:
     require(HAVE_MOSQUITTO, "Mosquitto is not installed")
     port = free_port()
-    code = f"from bus.broker import run_broker; raise SystemExit(run_broker(port={port}))"
+    code = f"from parley.bus.broker import run_broker; raise SystemExit(run_broker(port={port}))"
     process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 10

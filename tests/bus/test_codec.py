@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bus import codec
-from bus.codec import (
+from parley.bus import codec
+from parley.bus.codec import (
     CodecError,
     MalformedPayload,
     MissingImage,
@@ -21,7 +21,7 @@ from bus.codec import (
     decode,
     encode,
 )
-from bus.messages import KINDS, ImagePart, StateUpdate, TextPart, images_in
+from parley.bus.messages import KINDS, ImagePart, StateUpdate, TextPart, images_in
 from tests.bus import strategies as S
 
 KIND_STRATEGIES = {

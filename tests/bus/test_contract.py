@@ -13,9 +13,9 @@ import os
 
 import pytest
 
-from bus import topics
-from bus.base import Bus, BusClosed, Delivery, Subscription
-from bus.messages import ImagePart, Message, StateUpdate, TextPart, TranscriptEvent
+from parley.bus import topics
+from parley.bus.base import Bus, BusClosed, Delivery, Subscription
+from parley.bus.messages import ImagePart, Message, StateUpdate, TextPart, TranscriptEvent
 
 pytestmark = pytest.mark.anyio
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from bus import connect, topics
-from bus.base import Delivery, Subscription
-from bus.broker import PROJECT_CONFIG, free_port, start_mosquitto
-from bus.codec import CONTENT_TYPE, encode
-from bus.messages import ImagePart, StateUpdate, TextPart, TranscriptEvent
-from bus.mqtt import MqttBus, MqttConnectError
+from parley.bus import connect, topics
+from parley.bus.base import Delivery, Subscription
+from parley.bus.broker import PROJECT_CONFIG, free_port, start_mosquitto
+from parley.bus.codec import CONTENT_TYPE, encode
+from parley.bus.messages import ImagePart, StateUpdate, TextPart, TranscriptEvent
+from parley.bus.mqtt import MqttBus, MqttConnectError
 from tests.conftest import require
 from tests.fixtures.broker import MqttBroker
 

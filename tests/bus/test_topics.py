@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from paho.mqtt.client import topic_matches_sub
 
-from bus import topics
-from bus.topics import TopicError
+from parley.bus import topics
+from parley.bus.topics import TopicError
 
 RUN, EP = "run-1", "ep_7"
 
@@ -124,7 +124,7 @@ def test_matches_examples(topic_filter: str, topic: str, expected: bool) -> None
 
 
 def reference_matches(topic_filter: str, topic: str) -> bool:
-    """MQTT matching written as a regular expression, independently of bus.topics."""
+    """MQTT matching written as a regular expression, independently of parley.bus.topics."""
     levels = topic_filter.split("/")
     if topic.startswith("$") and levels[0] in ("+", "#"):
         return False

@@ -10,7 +10,16 @@ import networkx as nx
 import pytest
 from PIL import Image
 
-from environments.clem import grids, images, mapworld, matchit, pentomino, photos, reference, rooms
+from parley.environments.clem import (
+    grids,
+    images,
+    mapworld,
+    matchit,
+    pentomino,
+    photos,
+    reference,
+    rooms,
+)
 
 
 def test_reference_instances_are_deterministic_and_well_formed() -> None:

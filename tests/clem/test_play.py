@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from environments.clem import reference
-from runtime.config import load_config
-from runtime.reports.clem import report
-from runtime.results import RunFolder
-from runtime.scheduler import run_experiment
+from parley.environments.clem import reference
+from parley.runtime.config import load_config
+from parley.runtime.reports.clem import report
+from parley.runtime.results import RunFolder
+from parley.runtime.scheduler import run_experiment
 
 pytestmark = pytest.mark.anyio
 

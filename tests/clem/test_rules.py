@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from environments.clem import mapworld, matchit, reference
-from environments.clem.mapworld import ExploreGame, ExploreGraphGame, GoToGame
+from parley.environments.clem import mapworld, matchit, reference
+from parley.environments.clem.mapworld import ExploreGame, ExploreGraphGame, GoToGame
 
 
 def _reference(seed: int = 0, **settings: str) -> reference.ReferenceGame:

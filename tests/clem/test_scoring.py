@@ -7,8 +7,8 @@ import math
 import networkx as nx
 import pytest
 
-from environments.clem.common import episode_scores
-from environments.clem.mapworld import (
+from parley.environments.clem.common import episode_scores
+from parley.environments.clem.mapworld import (
     exploration_scores,
     g2x_efficiency,
     good_first_steps,
@@ -16,8 +16,8 @@ from environments.clem.mapworld import (
     normalised_distance,
     reported_graph,
 )
-from environments.clem.scoring import GameStats, clemscore, game_stats
-from runtime.reports.clem import table1
+from parley.environments.clem.scoring import GameStats, clemscore, game_stats
+from parley.runtime.reports.clem import table1
 
 # A corridor of four rooms A-B-C-D, west to east.
 A, B, C, D = (0, 0), (1, 0), (2, 0), (3, 0)

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from environments.comma import PUZZLES
-from runtime.config import load_config
-from runtime.reports.comma import transcripts
-from runtime.scheduler import RunOutcome, run_experiment
+from parley.environments.comma import PUZZLES
+from parley.runtime.config import load_config
+from parley.runtime.reports.comma import transcripts
+from parley.runtime.scheduler import RunOutcome, run_experiment
 
 SCRIPTED = {"solver": "scripted", "expert": "scripted"}
 RANDOM = {"solver": "random", "expert": "scripted"}

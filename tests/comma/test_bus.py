@@ -9,8 +9,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from environments.comma import PUZZLES
-from runtime.reports.comma import report
+from parley.environments.comma import PUZZLES
+from parley.runtime.reports.comma import report
 from tests.comma.conftest import SCRIPTED, Run, comma_config, play
 
 

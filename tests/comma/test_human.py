@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from environments.comma.wire import WirePuzzle, wire_to_cut
-from runtime.config import load_config
-from runtime.scheduler import run_experiment
+from parley.environments.comma.wire import WirePuzzle, wire_to_cut
+from parley.runtime.config import load_config
+from parley.runtime.scheduler import run_experiment
 
 pytestmark = pytest.mark.anyio
 

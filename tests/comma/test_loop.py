@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from environments import registry
-from environments.comma import PUZZLES
-from environments.comma.base import CommaGameMaster
+from parley.environments import registry
+from parley.environments.comma import PUZZLES
+from parley.environments.comma.base import CommaGameMaster
 
 
 def master(name: str, seed: int = 0, **settings: Any) -> CommaGameMaster:

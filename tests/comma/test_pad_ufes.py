@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from environments import registry
-from environments.comma.pad_ufes import load_pad_ufes
-from environments.comma.telehealth import TelehealthPuzzle
-from runtime.config import ConfigError, load_config
-from runtime.experiment import expand
-from runtime.scheduler import run_experiment
+from parley.environments import registry
+from parley.environments.comma.pad_ufes import load_pad_ufes
+from parley.environments.comma.telehealth import TelehealthPuzzle
+from parley.runtime.config import ConfigError, load_config
+from parley.runtime.experiment import expand
+from parley.runtime.scheduler import run_experiment
 
 COLUMNS = [
     "patient_id",

@@ -8,19 +8,19 @@ from typing import Any
 
 import pytest
 
-from environments.base import StepResult
-from environments.comma import PUZZLES, Puzzle
-from environments.comma import colour as colour_mod
-from environments.comma import keypad as keypad_mod
-from environments.comma import led as led_mod
-from environments.comma import maze as maze_mod
-from environments.comma import memory as memory_mod
-from environments.comma import password as password_mod
-from environments.comma import telehealth as tele_mod
-from environments.comma import who as who_mod
-from environments.comma.atm import AtmPuzzle
-from environments.comma.talk import POSITIONS4
-from environments.comma.wire import WirePuzzle, wire_to_cut
+from parley.environments.base import StepResult
+from parley.environments.comma import PUZZLES, Puzzle
+from parley.environments.comma import colour as colour_mod
+from parley.environments.comma import keypad as keypad_mod
+from parley.environments.comma import led as led_mod
+from parley.environments.comma import maze as maze_mod
+from parley.environments.comma import memory as memory_mod
+from parley.environments.comma import password as password_mod
+from parley.environments.comma import telehealth as tele_mod
+from parley.environments.comma import who as who_mod
+from parley.environments.comma.atm import AtmPuzzle
+from parley.environments.comma.talk import POSITIONS4
+from parley.environments.comma.wire import WirePuzzle, wire_to_cut
 
 NAMES = list(PUZZLES)
 

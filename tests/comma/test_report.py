@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from runtime.reports.comma import (
+from parley.runtime.reports.comma import (
     by_puzzle_table,
     cut,
     efficiency,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from environments.mango.data import build_graph
-from environments.mango.scoring import Maze
+from parley.environments.mango.data import build_graph
+from parley.environments.mango.scoring import Maze
 from tests.conftest import require
 
 REPO = Path(__file__).resolve().parents[2]

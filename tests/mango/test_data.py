@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.mango.data import (
+from parley.environments.mango.data import (
     EDGE_FIELDS,
     LABEL_FIELDS,
     NEVER,
@@ -22,7 +22,7 @@ from environments.mango.data import (
     rf_table,
     write_game,
 )
-from environments.mango.synthetic import synthetic_game
+from parley.environments.mango.synthetic import synthetic_game
 
 
 def test_real_graph_and_labels_agree_with_the_files(data_dir: Path) -> None:

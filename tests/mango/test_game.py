@@ -11,16 +11,16 @@ from typing import Any
 
 import pytest
 
-from agents.tokens import count_tokens
-from environments.base import View
-from environments.mango.data import MangoDataError
-from environments.mango.game import check_settings, make_instance, plan
-from environments.mango.offline import play_episode
-from environments.mango.players import random_navigator, scripted_navigator
-from runtime.config import ConfigError, load_config
-from runtime.experiment import expand
-from runtime.results import RunFolder
-from runtime.scheduler import run_experiment
+from parley.agents.tokens import count_tokens
+from parley.environments.base import View
+from parley.environments.mango.data import MangoDataError
+from parley.environments.mango.game import check_settings, make_instance, plan
+from parley.environments.mango.offline import play_episode
+from parley.environments.mango.players import random_navigator, scripted_navigator
+from parley.runtime.config import ConfigError, load_config
+from parley.runtime.experiment import expand
+from parley.runtime.results import RunFolder
+from parley.runtime.scheduler import run_experiment
 
 ORACLE = {"navigator": {"kind": "scripted", "name": "oracle"}}
 
@@ -74,7 +74,7 @@ def test_navigator_sees_the_cut_walkthrough_lists_and_question_only(tmp_path: Pa
 def test_token_budget_cuts_the_walkthrough() -> None:
     settings = {"token_budget": 400, "synthetic_games": 1, "questions_per_episode": 0}
     instance = make_instance("df", 0, settings)
-    from environments.mango.game import MangoMaster
+    from parley.environments.mango.game import MangoMaster
 
     gm = MangoMaster(instance, settings)
     walkthrough = gm.block.split("Allowed actions")[0]
@@ -131,7 +131,7 @@ def test_seeds_map_onto_questions_round_robin() -> None:
     assert games == ["synthetic-s0-g0", "synthetic-s0-g1", "synthetic-s0-g2"] * 2
     # Per game, the questions come in file order, one per seed.
     first = [e["questions"][0]["id"] for e in episodes if e["game"] == "synthetic-s0-g1"]
-    from environments.mango.game import source_game
+    from parley.environments.mango.game import source_game
 
     ids = [q.id for q in source_game(episodes[1]["source"]).df if q.label(70)]
     assert first == ids
@@ -149,7 +149,7 @@ def test_seeds_map_onto_questions_round_robin() -> None:
 
 
 def ids_of(episode: dict[str, Any]) -> list[str]:
-    from environments.mango.game import source_game
+    from parley.environments.mango.game import source_game
 
     game = source_game(episode["source"])
     return [q.id for q in game.rf if q.label(episode["cutoff"])]
@@ -170,7 +170,7 @@ def test_bad_settings_are_config_errors() -> None:
 def test_random_navigator_is_seeded_and_uses_allowed_actions() -> None:
     settings = {"synthetic_games": 1}
     instance = make_instance("rf", 0, settings)
-    from environments.mango.game import MangoMaster
+    from parley.environments.mango.game import MangoMaster
 
     gm = MangoMaster(instance, settings)
     turn = gm.next_turn()

@@ -9,12 +9,12 @@ from typing import Any
 
 import yaml
 
-from environments.mango.offline import play_all
-from environments.mango.players import oracle_navigator, scripted_navigator
-from runtime.config import load_config
-from runtime.experiment import expand
-from runtime.report import build_report
-from runtime.scheduler import run_experiment
+from parley.environments.mango.offline import play_all
+from parley.environments.mango.players import oracle_navigator, scripted_navigator
+from parley.runtime.config import load_config
+from parley.runtime.experiment import expand
+from parley.runtime.report import build_report
+from parley.runtime.scheduler import run_experiment
 from tests.mango.conftest import REPO
 
 

@@ -7,11 +7,17 @@ from pathlib import Path
 
 from PIL import Image
 
-from runtime.config import load_config
-from runtime.report import build_report
-from runtime.reports.mango import PLOT, _by_question, pairwise_table, paper_success, question_rows
-from runtime.results import read_records
-from runtime.scheduler import run_experiment
+from parley.runtime.config import load_config
+from parley.runtime.report import build_report
+from parley.runtime.reports.mango import (
+    PLOT,
+    _by_question,
+    pairwise_table,
+    paper_success,
+    question_rows,
+)
+from parley.runtime.results import read_records
+from parley.runtime.scheduler import run_experiment
 
 PLAYERS = [
     {"navigator": {"kind": "scripted", "name": "oracle"}},

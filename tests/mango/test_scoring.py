@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from environments.mango.data import Question
-from environments.mango.scoring import (
+from parley.environments.mango.data import Question
+from parley.environments.mango.scoring import (
     Maze,
     ParseError,
     edit_distance,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from bus.messages import TextPart
-from memory import EpisodicMemory, HistoryPolicy, InMemoryStore, MemoryEntry, SQLiteStore
+from parley.bus.messages import TextPart
+from parley.memory import EpisodicMemory, HistoryPolicy, InMemoryStore, MemoryEntry, SQLiteStore
 
 
 def conversation() -> list[MemoryEntry]:

@@ -15,9 +15,9 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from agents.backends.simserver import SimServerProcess
-from observability.tracing import read_spans
-from runtime.config import ExperimentConfig, load_config
+from parley.agents.backends.simserver import SimServerProcess
+from parley.observability.tracing import read_spans
+from parley.runtime.config import ExperimentConfig, load_config
 from tests.conftest import require
 
 # A fake key: the sim server demands it, the models name its variable; it must never be written.

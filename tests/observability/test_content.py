@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.backends.simserver import SimServerProcess
-from observability.tracing import read_spans
-from runtime.report import write_report
-from runtime.results import RunFolder
-from runtime.scheduler import run_experiment
+from parley.agents.backends.simserver import SimServerProcess
+from parley.observability.tracing import read_spans
+from parley.runtime.report import write_report
+from parley.runtime.results import RunFolder
+from parley.runtime.scheduler import run_experiment
 from tests.observability.conftest import (
     KEY_ENV,
     SECRET,

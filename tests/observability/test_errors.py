@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
-from agents.backends.simserver import SimServerProcess
-from observability.errors import episode_errors, mentioned_actions, primary
-from observability.judge import PROMPT_VERSION, parse_verdict
-from runtime.cli import main
-from runtime.results import RunFolder
-from runtime.scheduler import run_experiment
+from parley.agents.backends.simserver import SimServerProcess
+from parley.observability.errors import episode_errors, mentioned_actions, primary
+from parley.observability.judge import PROMPT_VERSION, parse_verdict
+from parley.runtime.cli import main
+from parley.runtime.results import RunFolder
+from parley.runtime.scheduler import run_experiment
 from tests.observability.conftest import JUDGE_REPLY, KEY_ENV, SECRET, config, model_entry
 
 MANUAL = (
@@ -218,7 +218,7 @@ async def test_no_false_alarms_on_perfect_play_and_repetitions_on_random_play(
 ) -> None:
     games = ["comma.wire", "comma.keypad", "comma.led", "comma.memory", "comma.maze",
              "comma.password", "comma.who", "comma.colour", "comma.atm", "comma.telehealth"]  # fmt: skip
-    from runtime.config import load_config
+    from parley.runtime.config import load_config
 
     cfg = load_config(
         {

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.backends.simserver import SimServerProcess
-from observability.leaks import detect, evaluate, load_labelled, substring_baseline
-from runtime.cli import main
-from runtime.report import write_report
-from runtime.scheduler import run_experiment
+from parley.agents.backends.simserver import SimServerProcess
+from parley.observability.leaks import detect, evaluate, load_labelled, substring_baseline
+from parley.runtime.cli import main
+from parley.runtime.report import write_report
+from parley.runtime.scheduler import run_experiment
 from tests.observability.conftest import KEY_ENV, SECRET, config, model_entry
 
 ATM = {"pin": "0862", "balance": "$900"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from observability.tracing import read_spans
-from runtime.scheduler import run_experiment
+from parley.observability.tracing import read_spans
+from parley.runtime.scheduler import run_experiment
 from tests.observability.conftest import config
 
 pytestmark = pytest.mark.anyio
@@ -50,7 +50,7 @@ async def test_spans_and_metrics_reach_an_otlp_receiver(
 def test_otlp_is_off_without_an_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
         monkeypatch.delenv(name, raising=False)
-    from observability.tracing import otlp_settings
+    from parley.observability.tracing import otlp_settings
 
     assert otlp_settings("traces")[0] is False
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")

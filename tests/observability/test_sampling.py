@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from agents.backends.simserver import SimServerProcess
-from runtime.scheduler import run_experiment
+from parley.agents.backends.simserver import SimServerProcess
+from parley.runtime.scheduler import run_experiment
 from tests.observability.conftest import KEY_ENV, SECRET, config, model_entry, traces
 
 pytestmark = pytest.mark.anyio
@@ -80,7 +80,7 @@ async def test_a_share_of_episodes_is_traced_whole_and_the_same_each_run(
 
 
 def test_the_share_is_checked() -> None:
-    from runtime.config import ConfigError
+    from parley.runtime.config import ConfigError
 
     for bad in (0, 1.5, -0.1):
         with pytest.raises(ConfigError, match=r"tracing\.sample"):

@@ -14,9 +14,9 @@ from typing import Any
 import aiomqtt
 import pytest
 
-from agents.backends.simserver import SimServerProcess
-from observability.tracing import span_context
-from runtime.scheduler import run_experiment
+from parley.agents.backends.simserver import SimServerProcess
+from parley.observability.tracing import span_context
+from parley.runtime.scheduler import run_experiment
 from tests.conftest import require
 from tests.fixtures.broker import MQTT5_REASON
 from tests.observability.conftest import KEY_ENV, SECRET, config, model_entry, traces
@@ -164,10 +164,10 @@ async def test_chat_spans_follow_the_genai_conventions(
 
 
 async def test_a_malformed_traceparent_is_ignored_not_a_crash(tmp_path: Path) -> None:
-    from bus.local import LocalBus
-    from bus.messages import TextPart, TranscriptEvent
-    from observability.traced_bus import TracedBus
-    from observability.tracing import Tracing, consume
+    from parley.bus.local import LocalBus
+    from parley.bus.messages import TextPart, TranscriptEvent
+    from parley.observability.traced_bus import TracedBus
+    from parley.observability.tracing import Tracing, consume
 
     for bad in ("garbage", "00-" + "0" * 32 + "-" + "0" * 16 + "-01", "00-zz-yy-01", ""):
         assert span_context(bad) is None

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from environments.playground import KITS
-from runtime.config import load_config
-from runtime.reports.playground import collect, report
-from runtime.scheduler import run_experiment
+from parley.environments.playground import KITS
+from parley.runtime.config import load_config
+from parley.runtime.reports.playground import collect, report
+from parley.runtime.scheduler import run_experiment
 from tests.conftest import require
 
 GAMES = sorted(KITS)

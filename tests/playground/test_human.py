@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from environments import registry
-from runtime.config import load_config
-from runtime.scheduler import run_experiment
+from parley.environments import registry
+from parley.runtime.config import load_config
+from parley.runtime.scheduler import run_experiment
 
 
 @pytest.mark.anyio
@@ -50,8 +50,8 @@ async def test_human_player_on_the_terminal(
 def test_instances_and_play_are_functions_of_the_seed() -> None:
     import random
 
-    from environments.base import View
-    from environments.playground.players import players_for
+    from parley.environments.base import View
+    from parley.environments.playground.players import players_for
 
     for name, info in registry.all_games().items():
         if not name.startswith("playground."):

@@ -14,13 +14,13 @@ from pathlib import Path
 import chess
 import pytest
 
-from environments.base import View
-from environments.playground import KITS, stockfish
-from environments.playground.chessgame import ChessPosition
-from environments.playground.gomoku import GomokuPosition
-from environments.playground.players import players_for
-from runtime.config import load_config
-from runtime.scheduler import run_experiment
+from parley.environments.base import View
+from parley.environments.playground import KITS, stockfish
+from parley.environments.playground.chessgame import ChessPosition
+from parley.environments.playground.gomoku import GomokuPosition
+from parley.environments.playground.players import players_for
+from parley.runtime.config import load_config
+from parley.runtime.scheduler import run_experiment
 from tests.conftest import require
 
 

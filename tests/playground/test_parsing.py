@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from environments.playground.common import (
+from parley.environments.playground.common import (
     LETTERS,
     answer_letter,
     cell_name,

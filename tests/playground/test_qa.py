@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from environments.playground import KITS
-from environments.playground.kit import Question
+from parley.environments.playground import KITS
+from parley.environments.playground.kit import Question
 
 LETTERS = "ABCDEFGHIJKLMNO"
 PIECES = {1: "pawn", 2: "knight", 3: "bishop", 4: "rook", 5: "queen", 6: "king"}
@@ -177,7 +177,7 @@ def expected(game: str, m: list[list[int]], kind: str, p: dict[str, Any]) -> str
 
 @pytest.mark.parametrize("game", sorted(KITS))
 def test_every_marked_answer_is_right(game: str) -> None:
-    from environments import registry
+    from parley.environments import registry
 
     info = registry.get(f"playground.{game}.qa")
     kinds: Counter[str] = Counter()
@@ -196,7 +196,7 @@ def test_every_marked_answer_is_right(game: str) -> None:
 
 
 def test_answers_are_spread_over_the_letters() -> None:
-    from environments import registry
+    from parley.environments import registry
 
     for game in KITS:
         info = registry.get(f"playground.{game}.qa")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from environments.playground.ratings import (
+from parley.environments.playground.ratings import (
     GAMES,
     NORMALISED,
     STARS,
@@ -15,7 +15,7 @@ from environments.playground.ratings import (
     stars_text,
     weight,
 )
-from runtime.reports.playground import collect, report
+from parley.runtime.reports.playground import collect, report
 
 
 def record(

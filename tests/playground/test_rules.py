@@ -8,14 +8,14 @@ import random
 import chess
 import pytest
 
-from environments.playground.chessgame import ChessKit, ChessPosition, board_matrix
-from environments.playground.common import cell_name, parse_cell
-from environments.playground.gomoku import (
+from parley.environments.playground.chessgame import ChessKit, ChessPosition, board_matrix
+from parley.environments.playground.common import cell_name, parse_cell
+from parley.environments.playground.gomoku import (
     LINES,
     GomokuKit,
     GomokuPosition,
 )
-from environments.playground.minesweeper import (
+from parley.environments.playground.minesweeper import (
     MINES,
     MinesweeperKit,
     MinesweeperPosition,
@@ -23,9 +23,15 @@ from environments.playground.minesweeper import (
     lay_mines,
     neighbours,
 )
-from environments.playground.reversi import ReversiKit, ReversiPosition, start_board
-from environments.playground.sudoku import SudokuKit, SudokuPosition, full_grid, make_puzzle, solve
-from environments.playground.tictactoe import TicTacToeKit, TicTacToePosition, best_moves
+from parley.environments.playground.reversi import ReversiKit, ReversiPosition, start_board
+from parley.environments.playground.sudoku import (
+    SudokuKit,
+    SudokuPosition,
+    full_grid,
+    make_puzzle,
+    solve,
+)
+from parley.environments.playground.tictactoe import TicTacToeKit, TicTacToePosition, best_moves
 
 # --- Tic-Tac-Toe --------------------------------------------------------------------------
 
@@ -133,7 +139,7 @@ def test_reversi_invariants_on_random_positions() -> None:
 
 def _plain_negamax(board: list[int], me: int, depth: int) -> float:
     """The search's value without pruning (the reference alpha-beta must agree with)."""
-    from environments.playground.reversi import _evaluate, apply, moves
+    from parley.environments.playground.reversi import _evaluate, apply, moves
 
     mine = moves(board, me)
     if not mine:
@@ -149,7 +155,7 @@ def _plain_negamax(board: list[int], me: int, depth: int) -> float:
 
 
 def test_reversi_alpha_beta_agrees_with_plain_minimax() -> None:
-    from environments.playground.reversi import apply
+    from parley.environments.playground.reversi import apply
 
     kit = ReversiKit()
     for seed in range(6):

@@ -9,10 +9,10 @@ from typing import Any
 import chess
 import pytest
 
-from environments import registry
-from environments.base import GameMaster
-from environments.playground import KITS
-from environments.playground.common import cell_name
+from parley.environments import registry
+from parley.environments.base import GameMaster
+from parley.environments.playground import KITS
+from parley.environments.playground.common import cell_name
 
 
 def master(
@@ -195,7 +195,7 @@ def test_sudoku_scores_filled_and_correct_cells() -> None:
     # One correct digit, then a digit that fits but is not the solution's, then give up.
     right = empty[0]
     moves = [f"Movement: {cell_name(right // 9, right % 9)} {solution[right]}"]
-    from environments.playground.sudoku import candidates
+    from parley.environments.playground.sudoku import candidates
 
     grid = list(position.grid)
     grid[right] = solution[right]
@@ -238,7 +238,7 @@ def test_minesweeper_pictures_show_the_revealed_cells() -> None:
 
     from PIL import Image
 
-    from environments.playground.common import Grid
+    from parley.environments.playground.common import Grid
 
     kit = KITS["minesweeper"]
     grid = Grid(8, 8, kit.cell_px)

@@ -13,8 +13,8 @@ import random
 import time
 from typing import Any
 
-from environments.base import GameMaster, Observation, View
-from environments.registry import GameInfo, register
+from parley.environments.base import GameMaster, Observation, View
+from parley.environments.registry import GameInfo, register
 
 SETTINGS = {"target": 3, "gm_raises_on": -1}
 

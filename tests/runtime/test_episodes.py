@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 import tests.runtime.faulty_game  # noqa: F401  (registers test.counter)
-from runtime.config import ExperimentConfig, load_config
-from runtime.results import RunFolder
-from runtime.scheduler import run_experiment
+from parley.runtime.config import ExperimentConfig, load_config
+from parley.runtime.results import RunFolder
+from parley.runtime.scheduler import run_experiment
 
 pytestmark = pytest.mark.anyio
 

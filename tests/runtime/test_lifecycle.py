@@ -18,12 +18,12 @@ import pytest
 import yaml
 
 import tests.runtime.faulty_game  # noqa: F401  (registers test.counter)
-from bus.local import LocalBus
-from runtime.config import ConfigError, load_config
-from runtime.episode import EpisodeOptions
-from runtime.experiment import expand
-from runtime.results import ResultWriter, RunFolder
-from runtime.scheduler import Scheduler, run_experiment
+from parley.bus.local import LocalBus
+from parley.runtime.config import ConfigError, load_config
+from parley.runtime.episode import EpisodeOptions
+from parley.runtime.experiment import expand
+from parley.runtime.results import ResultWriter, RunFolder
+from parley.runtime.scheduler import Scheduler, run_experiment
 from tests.conftest import require
 
 pytestmark = pytest.mark.anyio
@@ -103,7 +103,7 @@ def _config_file(tmp_path: Path, count: int, **extra: object) -> Path:
 
 
 def _parley(*args: str) -> list[str]:
-    return [sys.executable, "-m", "runtime.cli", *args]
+    return [sys.executable, "-m", "parley.runtime.cli", *args]
 
 
 def _lines(path: Path) -> list[dict]:

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 import tests.runtime.faulty_game  # noqa: F401  (registers test.counter here; workers use PARLEY_PLUGINS)
-from runtime.config import ConfigError, load_config
-from runtime.results import EncodedResult, RunFolder
-from runtime.scheduler import run_experiment
-from runtime.workers import (
+from parley.runtime.config import ConfigError, load_config
+from parley.runtime.results import EncodedResult, RunFolder
+from parley.runtime.scheduler import run_experiment
+from parley.runtime.workers import (
     WorkerScheduler,
     pack_result,
     split,
@@ -117,7 +117,7 @@ def _episodes_counted(path: Path) -> dict[Any, int]:
 
 
 def _spans(path: Path) -> list[dict[str, Any]]:
-    from observability.tracing import read_spans
+    from parley.observability.tracing import read_spans
 
     return read_spans(path)
 
