@@ -15,7 +15,6 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, Status, StatusCode
 
 from parley.agents.agent import Agent
-from parley.agents.tokens import count_tokens
 from parley.bus import topics
 from parley.bus.base import Bus, Delivery
 from parley.bus.messages import (
@@ -36,6 +35,7 @@ from parley.observability import tracing
 from parley.runtime.actor import Actor, ActorHost
 from parley.runtime.experiment import EpisodeSpec
 from parley.runtime.players import make_policy
+from parley.tokens import count_tokens
 
 MAX_REPLY_CHARS = 100_000
 

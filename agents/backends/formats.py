@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parley.agents.backends.spec import GenerationParams, ModelSpec
-from parley.agents.tokens import count_tokens
 from parley.bus.messages import ImagePart, PromptMessage, TextPart, Usage
+from parley.tokens import count_tokens
 
 IMAGE_TOKENS = 85  # a rough per-image cost, for the context-size check only
 TURN_PROMPT = "(Your turn.)"

@@ -41,9 +41,9 @@ import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from parley.agents.tokens import count_tokens
 from parley.bus import loop as event_loop
 from parley.bus.loop import LoopLagProbe, responsive_gc
+from parley.tokens import count_tokens
 
 IMAGE_TOKENS = 85  # what one image counts for in the reported usage
 # Prompts repeat (the system text of every episode, the history of each turn again in the

@@ -21,7 +21,6 @@ import random
 from functools import lru_cache
 from typing import Any
 
-from parley.agents.tokens import count_tokens
 from parley.environments.base import GameMaster, Observation
 from parley.environments.mango.data import (
     MangoDataError,
@@ -40,6 +39,7 @@ from parley.environments.mango.prompts import (
 )
 from parley.environments.mango.scoring import Maze, score
 from parley.environments.mango.synthetic import synthetic_game, synthetic_name
+from parley.tokens import count_tokens
 
 DEFAULT_SETTINGS: dict[str, Any] = {
     "data_dir": None,  # a folder of MANGO games; None plays synthetic mazes

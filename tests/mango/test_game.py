@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from parley.agents.tokens import count_tokens
 from parley.environments.base import View
 from parley.environments.mango.data import MangoDataError
 from parley.environments.mango.game import check_settings, make_instance, plan
@@ -21,6 +20,7 @@ from parley.runtime.config import ConfigError, load_config
 from parley.runtime.experiment import expand
 from parley.runtime.results import RunFolder
 from parley.runtime.scheduler import run_experiment
+from parley.tokens import count_tokens
 
 ORACLE = {"navigator": {"kind": "scripted", "name": "oracle"}}
 

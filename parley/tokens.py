@@ -1,5 +1,9 @@
 """The offline token counter used when a backend reports no usage (scripted, random, human).
 
+It lives in the package root, not in ``parley.agents``: games (MANGO's token budget), model
+backends and the runtime all count with it, and ``parley.environments`` may import nothing of
+``parley.agents`` (``tests/test_layers.py``).
+
 ``parley-approx-v1``: words of up to six letters count one token, longer words one per five
 letters (rounded up), every digit and every other non-space character one token. It needs no
 download, is the same everywhere, and lands within about 15 % of common BPE tokenizers on
