@@ -7,19 +7,18 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
+from importlib.metadata import entry_points
 from typing import Any
 
 from parley.environments.base import GameMaster, PlayFn
 
 InstanceFn = Callable[[int, dict[str, Any]], dict[str, Any]]
 
-# Families register their games when imported; listed here so `all_games()` finds them.
-FAMILIES = (
-    "parley.environments.comma",
-    "parley.environments.clem",
-    "parley.environments.mango",
-    "parley.environments.playground",
-)
+# Where games come from: every entry point of this group names a module that registers its
+# games when imported (parley's own families are entry points of parley itself, in
+# pyproject.toml); PARLEY_PLUGINS adds modules by name, for a quick hack without packaging.
+GAMES_GROUP = "parley.games"
+PLUGINS_ENV = "PARLEY_PLUGINS"
 
 
 @dataclass(frozen=True)
@@ -74,26 +73,77 @@ def register(info: GameInfo) -> GameInfo:
 
 
 @cache
-def _load_families() -> None:
-    # PARLEY_PLUGINS: extra modules (comma-separated) that register games of their own.
-    plugins = [m.strip() for m in os.environ.get("PARLEY_PLUGINS", "").split(",") if m.strip()]
-    for module in plugins:
-        importlib.import_module(module)
-    for module in FAMILIES:
+def _load_plugins() -> None:
+    import traceback
+
+    seen: set[str] = set()
+    for name, module, source in _plugin_modules():
+        if module in seen:  # a distribution installed twice (editable and not) lists it twice
+            continue
+        seen.add(module)
         try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:  # a family that exists but fails to import is a real error
-                raise
+            # "module" or "module:attribute": importing the module registers its games.
+            importlib.import_module(module.partition(":")[0].strip())
+        except Exception as exc:  # a broken plugin must not take the other games down
+            error = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            _ERRORS.append(PluginError(name, module, source, error, traceback.format_exc()))
+
+
+def plugin_errors() -> list[PluginError]:
+    """The game modules that failed to import (after the games were first listed)."""
+    _load_plugins()
+    return list(_ERRORS)
 
 
 def all_games() -> dict[str, GameInfo]:
-    _load_families()
+    _load_plugins()
     return dict(sorted(_GAMES.items()))
 
 
 def get(name: str) -> GameInfo:
     games = all_games()
     if name not in games:
-        raise KeyError(f"unknown game {name!r}; known games: {', '.join(games)}")
+        raise KeyError(f"unknown game {name!r}; {known_games_hint()}")
     return games[name]
+@dataclass(frozen=True)
+class PluginError:
+    """A game module that failed to import: which, from where, and why (one line each)."""
+
+    name: str
+    module: str
+    source: str  # "entry point parley.games" or "PARLEY_PLUGINS"
+    error: str
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return (
+            f"game plugin {self.name!r} ({self.source}: {self.module}) failed to load: {self.error}"
+        )
+
+
+_ERRORS: list[PluginError] = []
+
+
+def _plugin_modules() -> list[tuple[str, str, str]]:
+    """(name, module, source) of every game module to import, entry points first."""
+    found = [
+        (ep.name, ep.value, f"entry point {GAMES_GROUP}")
+        for ep in sorted(entry_points(group=GAMES_GROUP), key=lambda ep: (ep.value, ep.name))
+    ]
+    hacks = [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+    return found + [(module, module, PLUGINS_ENV) for module in hacks]
+
+
+
+
+def known_games_hint() -> str:
+    """The known games for an error message, and why some may be missing."""
+    games = all_games()
+    if not games:
+        text = (
+            f"no games are registered: parley's own are `{GAMES_GROUP}` entry points in its "
+            "installed metadata (reinstall it: pip install -e .)"
+        )
+    else:
+        text = f"known games: {', '.join(games)}"
+    return "; ".join([text, *(str(error) for error in _ERRORS)])

@@ -2,31 +2,47 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from parley.runtime.results import read_records
 
-# Each family's tables live in ``parley.runtime.reports.<family>`` as
-# ``report(records, run_dir) -> str`` (Markdown; it may also write files such as PNG plots).
+# A family's own tables: the `parley.reports` entry point named after the family (parley's
+# own in pyproject.toml, a plugin's in its package), "module:function" with
+# ``function(records, run_dir) -> str`` (Markdown; it may also write files such as PNG plots).
 FamilyReport = Callable[[list[dict[str, Any]], Path], str]
+REPORTS_GROUP = "parley.reports"
 
 OUTCOMES = ("success", "lost", "aborted", "error", "cancelled")
 
 
+class ReportSectionError(Exception):
+    """A family's report section could not be loaded (named in the message)."""
+
+
 def family_report(family: str) -> FamilyReport | None:
-    module_name = f"parley.runtime.reports.{family}"
+    """The report section ``family`` declares (its ``parley.reports`` entry point), or None."""
+    found = [ep for ep in entry_points(group=REPORTS_GROUP) if ep.name == family]
+    if not found:
+        return None
+    entry = found[0]
     try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name == module_name:
-            return None
-        raise
-    return module.report
+        fn = entry.load()
+    except Exception as exc:
+        raise ReportSectionError(
+            f"the report section of {family!r} ({REPORTS_GROUP}: {entry.value}) failed to "
+            f"load: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not callable(fn):
+        raise ReportSectionError(
+            f"the report section of {family!r} ({REPORTS_GROUP}: {entry.value}) is not a "
+            "function (expected module:function)"
+        )
+    return fn
 
 
 def pairing_label(record: dict[str, Any]) -> str:
@@ -86,7 +102,11 @@ def build_report(run_dir: str | Path) -> str:
         info = games.get(r["game"])
         families[info.family if info else r["game"].split(".")[0]].append(r)
     for family, group in sorted(families.items()):
-        fn = family_report(family)
+        try:
+            fn = family_report(family)
+        except ReportSectionError as exc:  # the rest of the report still stands
+            parts += [f"> {exc}", ""]
+            continue
         if fn is not None:
             parts += [fn(group, path), ""]
     from parley.runtime.reports import pairings  # pairing tables and model usage/cost, any family

@@ -1,1 +1,2 @@
-"""Per-family report tables (one module per family: ``report(records, run_dir) -> str``)."""
+"""Report sections: parley's own families' (one module each, ``report(records, run_dir) -> str``,
+declared as ``parley.reports`` entry points in pyproject.toml) and those of any game."""
