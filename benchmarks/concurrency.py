@@ -37,8 +37,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from parley import event_loop  # noqa: E402
 from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
-from parley.bus import loop as event_loop  # noqa: E402
 from parley.runtime.config import load_config  # noqa: E402
 from parley.runtime.scheduler import run_experiment, worker_count  # noqa: E402
 

@@ -1,6 +1,9 @@
-"""The event loop parley runs on, and how late it runs.
+"""The event loop a parley process runs on, and what keeps it responsive.
 
-The loop is uvloop where it is installed, else asyncio's own.
+The loop is uvloop where it is installed, else asyncio's own. Its lag probe, collection policy
+and pacer belong with it: a run's processes (the runtime) and the stand-in model server
+(``parley.agents.backends.simserver``) both use them, and none is about the bus, so they live
+in the package root where every layer may import them (``tests/test_layers.py``).
 
 uvloop (libuv underneath) takes about a tenth less CPU per model request than asyncio's
 selector loop (benchmarks/concurrency.py), and serves more connections per core: the same

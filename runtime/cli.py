@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from parley.bus import loop as event_loop
+from parley import event_loop
 from parley.runtime.config import ConfigError
 
 console = Console(stderr=True)

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from parley.bus.codec import encode
-from parley.bus.loop import Pacer
+from parley.event_loop import Pacer
 from parley.observability import tracing
 from parley.runtime.config import ConfigError, ExperimentConfig
 from parley.runtime.episode import EpisodeResult

@@ -16,7 +16,7 @@ from opentelemetry import trace
 
 import parley.bus as bus_module
 from parley.bus.base import Bus
-from parley.bus.loop import LoopLagProbe, responsive_gc
+from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.observability.tracing import Tracing
 from parley.runtime.actor import ActorHost
 from parley.runtime.config import ExperimentConfig

@@ -34,10 +34,10 @@ import anyio
 from opentelemetry import trace
 
 import parley.bus as bus_module
+from parley import event_loop
 from parley.agents.backends.pool import ModelPool
 from parley.agents.backends.spec import ModelSpec
-from parley.bus import loop as event_loop
-from parley.bus.loop import LoopLagProbe, Pacer, responsive_gc
+from parley.event_loop import LoopLagProbe, Pacer, responsive_gc
 from parley.observability import tracing as tracing_module
 from parley.observability.metrics import episode_summary
 from parley.observability.tracing import Tracing, span_context
@@ -252,8 +252,8 @@ class _FrameSink:
     """Where a worker's scheduler writes finished episodes: back to the parent, as frames.
 
     Like the parent's writer, it encodes each episode on its own task, a slice at a time (see
-    :class:`~parley.bus.loop.Pacer`), with what the run's metrics need from it; ``write`` returns once
-    the frame is handed to the socket.
+    :class:`~parley.event_loop.Pacer`), with what the run's metrics need from it; ``write``
+    returns once the frame is handed to the socket.
     """
 
     def __init__(self, link: asyncio.StreamWriter, run: str, metrics: bool) -> None:

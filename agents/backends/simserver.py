@@ -41,8 +41,8 @@ import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from parley.bus import loop as event_loop
-from parley.bus.loop import LoopLagProbe, responsive_gc
+from parley import event_loop
+from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.tokens import count_tokens
 
 IMAGE_TOKENS = 85  # what one image counts for in the reported usage
@@ -599,7 +599,7 @@ async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> No
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    # Thousands of requests in flight: the same collection policy as a run's (bus/loop.py).
+    # Thousands of requests in flight: the same collection policy as a run's (parley.event_loop).
     async with responsive_gc():
         await stop.wait()
     await server.lag.stop()
