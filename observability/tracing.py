@@ -2,6 +2,10 @@
 
 One :class:`Tracing` per run holds a tracer provider (spans) and a meter provider (metrics);
 ``activate()`` makes it what :func:`tracer`, :func:`consume` and :func:`record_episode` use.
+The active one is carried by a context variable, not a module global: ``activate()`` sets it in
+the task that calls it, every task started from there on (the run's episodes, actors, bus and
+writer) inherits it, and a run in another task of the same process sees its own. So two runs
+in one process, one after the other or at once, each trace to their own folder.
 Both signals go to files in the run folder (``traces.jsonl``, ``metrics.jsonl``) and, when an
 OTLP endpoint is configured through the standard variables (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
 the per-signal ``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_ENDPOINT``, protocol from
@@ -32,6 +36,7 @@ samples whole episodes.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import os
 import threading
@@ -72,36 +77,35 @@ class OffTracer(trace.NoOpTracer):
         return self._current
 
 
-_tracer: trace.Tracer = OffTracer()
-_content = False
-_enabled = False
-_messages = False
-_metrics: RunMetrics | None = None
-
 # The key under which the current model call finds its conversation (the episode id); read by
 # agents/backends/client.py through the OpenTelemetry baggage API, so agents need not import
 # this module.
 CONVERSATION_KEY = "gen_ai.conversation.id"
 
 
+def current() -> Tracing:
+    """The tracing of the run this code runs in (one with tracing off outside any run)."""
+    return _active.get()
+
+
 def tracer() -> trace.Tracer:
     """The tracer of the run in progress (a no-op one when tracing is off)."""
-    return _tracer
+    return _active.get().tracer
 
 
 def record_content() -> bool:
     """Whether the run opted in to message content in spans."""
-    return _content
+    return _active.get().content
 
 
 def enabled() -> bool:
     """Whether a run with tracing on is active (cheap check for hot paths)."""
-    return _enabled
+    return _active.get().enabled
 
 
 def message_spans() -> bool:
     """Whether bus messages get publish and receive spans (``tracing: {messages: …}``)."""
-    return _messages
+    return _active.get().message_spans
 
 
 # --- the JSONL span file -----------------------------------------------------------------------
@@ -361,7 +365,17 @@ class EpisodeSampler(Sampler):
 
 
 class Tracing:
-    """Tracer and meter providers for one run; ``close()`` flushes every exporter."""
+    """Tracer and meter providers for one run; ``close()`` flushes every exporter.
+
+    ``activate()`` makes it the tracing of the calling task and of the tasks it starts::
+
+        tracing = Tracing(run_dir, content=False)
+        tracing.activate()
+        try:
+            ...  # play the run: tracer(), consume() and record_episode() use this one
+        finally:
+            tracing.close()
+    """
 
     def __init__(
         self,
@@ -379,7 +393,9 @@ class Tracing:
         self.content = content
         self.messages = messages
         self.enabled = enabled
+        self.message_spans = enabled and messages
         self.metrics: RunMetrics | None = None
+        self._token: contextvars.Token[Tracing] | None = None
         if not enabled:
             self.tracer: trace.Tracer = OffTracer()
             return
@@ -401,12 +417,8 @@ class Tracing:
             self.metrics = RunMetrics(run_dir, resource)
 
     def activate(self) -> None:
-        """Make this the tracer :func:`tracer` returns."""
-        global _tracer, _content, _enabled, _messages, _metrics
-        _tracer, _content = self.tracer, self.content
-        _enabled = self.provider is not None
-        _messages = _enabled and self.messages
-        _metrics = self.metrics
+        """Make this the run's tracing in the current task and every task it starts."""
+        self._token = _active.set(self)
 
     def wrap_bus(self, bus: Bus) -> Bus:
         """``bus`` with publish spans and traceparents on every message (when tracing is on)."""
@@ -417,20 +429,22 @@ class Tracing:
         return TracedBus(bus)
 
     def close(self) -> None:
-        global _tracer, _content, _enabled, _messages, _metrics
-        if _tracer is self.tracer:
-            _tracer, _content, _enabled, _messages, _metrics = (
-                OffTracer(),
-                False,
-                False,
-                False,
-                None,
-            )
+        token, self._token = self._token, None
+        if token is not None and _active.get() is self:
+            try:
+                _active.reset(token)  # whatever was active before, e.g. an enclosing run's
+            except ValueError:  # closed in another context than it was activated in
+                _active.set(_OFF)
         if self.provider is not None:
             self.provider.force_flush()
             self.provider.shutdown()
         if self.metrics is not None:
             self.metrics.close()
+
+
+_OFF = Tracing(None, enabled=False)
+# The tracing of the run the current task belongs to (asyncio copies it into every new task).
+_active: contextvars.ContextVar[Tracing] = contextvars.ContextVar("parley_tracing", default=_OFF)
 
 
 # --- traceparents --------------------------------------------------------------------------------
@@ -514,12 +528,13 @@ def consume(
     A no-op when tracing is off or the message carries no (valid) traceparent, so an actor can
     wrap every delivery in it at no cost.
     """
-    if not _messages:
+    active = _active.get()
+    if not active.message_spans:
         return contextlib.nullcontext()
     remote = span_context(getattr(message, "traceparent", None))
     if remote is None:
         return contextlib.nullcontext()
-    span = _tracer.start_span(
+    span = active.tracer.start_span(
         f"receive {topic_template(topic)}",
         context=trace.set_span_in_context(NonRecordingSpan(remote)),
         kind=SpanKind.CONSUMER,
@@ -575,11 +590,13 @@ def content_attributes(prompt: Sequence[Any] | None, reply: str) -> dict[str, st
 
 def record_episode(result: Any) -> None:
     """Count a finished episode in the run's metrics (episodes, turns, tokens, latencies)."""
-    if _metrics is not None:
-        _metrics.record_episode(result)
+    metrics = _active.get().metrics
+    if metrics is not None:
+        metrics.record_episode(result)
 
 
 def record_summary(summary: dict[str, Any]) -> None:
     """Count an episode that finished in a worker process, from its ``episode_summary``."""
-    if _metrics is not None:
-        _metrics.record(summary)
+    metrics = _active.get().metrics
+    if metrics is not None:
+        metrics.record(summary)
