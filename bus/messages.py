@@ -209,6 +209,10 @@ class EpisodeFinished(Envelope):
     scores: dict[str, float | None] = Field(default_factory=dict)
     turns: int = 0
     reason: str = ""
+    # A ReasonCode value, the declared main score and per-role results (docs/runtime.md).
+    reason_code: str | None = None
+    main_score: float | None = None
+    results: dict[str, str] = Field(default_factory=dict)
 
 
 class Control(Envelope):

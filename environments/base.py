@@ -9,12 +9,93 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
 
 Outcome = Literal["success", "lost", "aborted"]
 Visibility = Literal["private", "shared", "public"]
+RoleResult = Literal["win", "loss", "draw"]
+
+
+class Settings(BaseModel):
+    """A game's settings: subclass it with one typed field (and its default) per setting.
+
+    A config's ``settings:`` block is validated against the model before anything runs (a
+    wrong type or an unknown key is a config error naming the game, the field and the value);
+    game masters and instance generators get the validated values as a plain dict, defaults
+    filled in. Example::
+
+        class CountingSettings(Settings):
+            target: int = Field(3, ge=1)  # numbers to count to
+            variant: Literal["image", "text"] = "image"
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class VariantSettings(Settings):
+    """Settings of a game shown as pictures (``image``) or, for text-only models, as text."""
+
+    variant: Literal["image", "text"] = "image"
+
+
+class ReasonCode(StrEnum):
+    """Why an episode ended, as a short stable code beside the human ``reason`` text.
+
+    The game's own endings (:meth:`GameMaster.end`) and the runtime's (timeout, exception,
+    cancelled). Reports and analyses group by these; the text says the particulars.
+    """
+
+    SOLVED = "solved"  # the goal reached: puzzle solved, target picked, answer right
+    FAILED = "failed"  # the game ended without reaching it: a wrong answer, a wrong pick
+    GAME_OVER = "game_over"  # a competitive game ended by its rules; who won is in ``results``
+    TURN_LIMIT = "turn_limit"  # the limit on turns or moves was reached
+    MISTAKE_LIMIT = "mistake_limit"  # too many mistakes or invalid replies
+    PARSE_ERROR = "parse_error"  # a reply could not be read (format)
+    RULE_VIOLATION = "rule_violation"  # a reply broke the game's rules
+    NO_TURN = "no_turn"  # the game master had no next turn and had not ended the game
+    TIMEOUT = "timeout"  # the runtime: the episode ran past episode_timeout_s
+    EXCEPTION = "exception"  # the runtime: a player or the game master raised
+    CANCELLED = "cancelled"  # the runtime: the run was interrupted
+
+
+# The code an ending gets when the game master names none (games written before codes).
+DEFAULT_CODES: dict[str, ReasonCode] = {
+    "success": ReasonCode.SOLVED,
+    "lost": ReasonCode.FAILED,
+    "aborted": ReasonCode.RULE_VIOLATION,
+}
+
+
+class Scores(dict[str, float | None]):
+    """An episode's scores: the declared ``main`` score and any others by name.
+
+    ``main`` is the headline number, 0–100 (clembench's convention: None when the episode was
+    aborted); the others are the mapping itself. Example::
+
+        def scores(self) -> Scores:
+            return Scores(main=100.0 * self.progress, mistakes=float(self.mistakes))
+    """
+
+    def __init__(self, main: float | None, **others: float | None) -> None:
+        super().__init__(others)
+        self.main = main
+
+    @classmethod
+    def of(cls, value: Mapping[str, float | None]) -> Scores:
+        """``value`` as :class:`Scores`; a plain mapping (a game written before ``Scores``)
+        gives its ``"main"`` entry as the main score."""
+        if isinstance(value, Scores):
+            return value
+        others = {k: v for k, v in value.items() if k != "main"}
+        return cls(value.get("main"), **others)
+
+    def __repr__(self) -> str:
+        return f"Scores(main={self.main!r}, {dict.__repr__(self)})"
 
 
 @dataclass
@@ -106,6 +187,9 @@ class GameMaster(ABC):
         self.events: list[Event] = []
         self.outcome: Outcome | None = None
         self.reason = ""
+        self.reason_code: ReasonCode | None = None
+        # Competitive games: each role's result (win, loss, draw), set by :meth:`end`.
+        self.results: dict[str, RoleResult] = {}
         self.replies = 0
         self._inbox: dict[str, list[Message]] = {role: [] for role in self.roles}
         self._feedback: dict[str, str | None] = dict.fromkeys(self.roles)
@@ -129,8 +213,9 @@ class GameMaster(ABC):
         """Parse and apply one reply; report through the event helpers, :meth:`end` when done."""
 
     @abstractmethod
-    def scores(self) -> dict[str, float | None]:
-        """Episode scores; clembench's convention: the main score is NaN/None when aborted."""
+    def scores(self) -> Scores:
+        """Episode scores, with the main one declared: ``Scores(main=..., other=...)``;
+        clembench's convention: the main score is None when aborted."""
 
     def legal_actions(self, role: str) -> list[str]:
         """Actions ``role`` may name now (empty for pure dialogue turns)."""
@@ -149,7 +234,7 @@ class GameMaster(ABC):
         role = self.whose_turn()
         if role is None:
             if self.outcome is None:
-                self.end("lost", "the game master had no next turn")
+                self.end("lost", "the game master had no next turn", code=ReasonCode.NO_TURN)
             return None
         incoming, self._inbox[role] = self._inbox[role], []
         feedback, self._feedback[role] = self._feedback[role], None
@@ -208,19 +293,53 @@ class GameMaster(ABC):
             )
         )
 
-    def violation(self, role: str, reason: str, *, abort: bool = True) -> None:
-        """A reply broke the format or the rules; by default the episode is aborted."""
-        self.events.append(Event("violation", role, "", reason, "public"))
+    def violation(
+        self,
+        role: str,
+        reason: str,
+        *,
+        abort: bool = True,
+        code: ReasonCode = ReasonCode.RULE_VIOLATION,
+    ) -> None:
+        """A reply broke the rules (or, with ``code=ReasonCode.PARSE_ERROR``, the format); by
+        default the episode is aborted with that code."""
+        code = ReasonCode(code)
+        self.events.append(
+            Event("violation", role, "", reason, "public", data={"code": code.value})
+        )
         if abort:
-            self.end("aborted", f"{role}: {reason}")
+            self.end("aborted", f"{role}: {reason}", code=code)
 
     def note(self, text: str, **data: Any) -> None:
         self.events.append(Event("note", "gm", "", text, "public", data=data))
 
-    def end(self, outcome: Outcome, reason: str = "") -> None:
-        if self.outcome is None:
-            self.outcome = outcome
-            self.reason = reason
+    def end(
+        self,
+        outcome: Outcome,
+        reason: str = "",
+        *,
+        code: ReasonCode | None = None,
+        winner: str | None = None,
+        draw: bool = False,
+    ) -> None:
+        """End the episode (the first call counts): ``outcome`` for the benchmark, ``reason``
+        in words, ``code`` the :class:`ReasonCode` (by default ``solved``, ``failed`` or
+        ``rule_violation`` after the outcome). Competitive games name the ``winner`` role
+        (every other role lost) or say ``draw``; the roles' results go into the record.
+
+        Example: ``self.end("lost", "checkmate", code=ReasonCode.GAME_OVER, winner="opponent")``
+        """
+        if self.outcome is not None:
+            return
+        self.outcome = outcome
+        self.reason = reason
+        self.reason_code = ReasonCode(code) if code is not None else DEFAULT_CODES[outcome]
+        if draw:
+            self.results = dict.fromkeys(self.roles, "draw")
+        elif winner is not None:
+            if winner not in self.roles:
+                raise ValueError(f"winner {winner!r} is not a role; roles: {self.roles}")
+            self.results = {r: "win" if r == winner else "loss" for r in self.roles}
 
 
 @dataclass

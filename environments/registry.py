@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Any
 
-from parley.environments.base import GameMaster, PlayFn
+from pydantic import create_model
+
+from parley.environments.base import GameMaster, PlayFn, Settings
 
 InstanceFn = Callable[[int, dict[str, Any]], dict[str, Any]]
 
@@ -28,6 +30,12 @@ class GameInfo:
     ``instance(seed, settings)`` builds an instance deterministically; ``players[role][kind]``
     are the built-in players (``scripted``, ``random``); ``text_only`` says whether the game
     shows text alone (no images), so a text-only model can play it.
+
+    ``settings`` is the game's :class:`~parley.environments.base.Settings` model: a config's
+    settings are validated against it, and ``default_settings`` is its defaults as a dict.
+    ``text_settings`` are the settings of the game's text variant (for text-only models).
+    A game may give ``default_settings`` instead of a model (games written before models):
+    a model is then made from it, each setting typed after its default value.
     """
 
     name: str
@@ -38,6 +46,7 @@ class GameInfo:
     players: dict[str, dict[str, PlayFn]] = field(default_factory=dict)
     description: str = ""
     text_only: bool = False
+    settings: type[Settings] | None = None
     default_settings: dict[str, Any] = field(default_factory=dict)
     text_settings: dict[str, Any] | None = None
     offload_players: bool = False
@@ -50,6 +59,24 @@ class GameInfo:
     # would cost more than it saves).
     offload_game_master: bool | Callable[[dict[str, Any]], bool] = False
 
+    def __post_init__(self) -> None:
+        model = self.settings
+        if model is None:
+            model = settings_model(self.name, self.default_settings)
+        elif self.default_settings:
+            raise ValueError(f"{self.name}: give a settings model or default_settings, not both")
+        # Frozen: the derived fields are set once, here.
+        object.__setattr__(self, "settings", model)
+        object.__setattr__(self, "default_settings", model().model_dump(mode="json"))
+        if self.text_settings:
+            model.model_validate({**self.default_settings, **self.text_settings})
+
+    def resolve_settings(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The settings episodes get: ``values`` validated by the game's model, defaults filled
+        in, as a JSON-able dict (raises ``pydantic.ValidationError``)."""
+        assert self.settings is not None
+        return self.settings.model_validate(dict(values)).model_dump(mode="json")
+
     def offloads(self, settings: dict[str, Any]) -> bool:
         """Whether episodes with ``settings`` call the game in a worker thread."""
         offload = self.offload_game_master
@@ -60,6 +87,16 @@ def renders_pictures(settings: dict[str, Any]) -> bool:
     """For ``offload_game_master``: games with a ``variant`` setting draw only when it is not
     ``text``."""
     return settings.get("variant", "image") != "text"
+
+
+def settings_model(game: str, defaults: Mapping[str, Any]) -> type[Settings]:
+    """A :class:`Settings` model for a game that declares its settings as a dict of defaults:
+    each setting typed after its default (``None``: any value)."""
+    fields: dict[str, Any] = {
+        key: (Any if value is None else type(value), value) for key, value in defaults.items()
+    }
+    name = "".join(part.capitalize() for part in game.replace("-", "_").split(".")) + "Settings"
+    return create_model(name, __base__=Settings, **fields)
 
 
 _GAMES: dict[str, GameInfo] = {}

@@ -229,7 +229,7 @@ def write_html(
             episode_html(record, messages, image_src=image_src, extra=extra), encoding="utf-8"
         )
         settings = (record.get("spec") or {}).get("settings", {})
-        main = (record.get("scores") or {}).get("main")
+        main = record.get("main_score", (record.get("scores") or {}).get("main"))
         index_rows.append(
             f"<tr><td><a href='{name}'>{_e(record['episode'])}</a></td><td>{_e(record.get('game', ''))}</td>"
             f"<td>{_e(', '.join(f'{k}={v}' for k, v in settings.items()))}</td>"

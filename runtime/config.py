@@ -194,6 +194,47 @@ def problems_of(exc: ValidationError) -> list[tuple[str, Any, str]]:
     return out
 
 
+def _type_words(annotation: Any) -> str:
+    """A field's type as a config author reads it: ``int``, ``Literal['image', 'text']``."""
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "").replace("NoneType", "None")
+
+
+def settings_problems(
+    game: str, model: type[BaseModel], values: dict[str, Any], where: str
+) -> list[tuple[str, Any, str]]:
+    """What is wrong with a game block's ``settings`` under the game's settings model: each
+    problem names the setting (``games.0.settings.max_turns``), the value, and what the game
+    expects (the setting's type and default, or the settings it has)."""
+    try:
+        model.model_validate(values)
+        return []
+    except ValidationError as exc:
+        errors = exc.errors()
+    fields = model.model_fields
+    problems: list[tuple[str, Any, str]] = []
+    seen: set[str] = set()
+    for error in errors:
+        key = str(error["loc"][0]) if error["loc"] else ""
+        if key in seen:
+            continue
+        seen.add(key)
+        field = f"{where}.{key}" if key else where
+        value = values.get(key, _MISSING) if key else values
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(fields) or "none"
+            problems.append((field, value, f"not a setting of {game}; its settings: {known}"))
+            continue
+        info = fields.get(key)
+        takes = ""
+        if info is not None:
+            default = "" if info.is_required() else f", default {info.get_default()!r}"
+            takes = f" ({game} takes {key}: {_type_words(info.annotation)}{default})"
+        problems.append((field, value, _describe(error) + takes))
+    return problems
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key.path=value`` overrides (values parsed as YAML; list items by index)."""
     for item in overrides:

@@ -29,7 +29,7 @@ from parley.bus.messages import (
     Utterance,
 )
 from parley.environments import registry
-from parley.environments.base import Event, GameMaster, Observation
+from parley.environments.base import Event, GameMaster, Observation, ReasonCode, Scores
 from parley.memory import HistoryPolicy
 from parley.observability import tracing
 from parley.runtime.actor import Actor, ActorHost
@@ -38,6 +38,11 @@ from parley.runtime.players import make_policy
 from parley.tokens import count_tokens
 
 MAX_REPLY_CHARS = 100_000
+# The shape of an ``episodes.jsonl`` record. 1 (no ``schema`` key): the main score was
+# ``scores["main"]`` and there was no reason code; 2: ``main_score``, ``reason_code`` and
+# ``results`` (per role) beside ``scores``. Readers upgrade older records
+# (``parley.runtime.results.upgrade``).
+RECORD_SCHEMA = 2
 
 
 @dataclass
@@ -63,7 +68,10 @@ class EpisodeResult:
     spec: EpisodeSpec
     outcome: str
     reason: str = ""
-    scores: dict[str, float | None] = field(default_factory=dict)
+    reason_code: str | None = None  # a ReasonCode value
+    main_score: float | None = None
+    scores: dict[str, float | None] = field(default_factory=dict)  # the others, by name
+    results: dict[str, str] = field(default_factory=dict)  # role -> win/loss/draw
     turns: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -78,6 +86,7 @@ class EpisodeResult:
 
     def record(self, run: str) -> dict[str, Any]:
         return {
+            "schema": RECORD_SCHEMA,
             "run": run,
             "episode": self.spec.id,
             "game": self.spec.game,
@@ -87,7 +96,10 @@ class EpisodeResult:
             "spec": self.spec.model_dump(mode="json", exclude={"instance"}),
             "outcome": self.outcome,
             "reason": self.reason,
+            "reason_code": self.reason_code,
+            "main_score": self.main_score,
             "scores": self.scores,
+            "results": self.results,
             "turns": self.turns,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
@@ -218,7 +230,11 @@ class EpisodeRunner:
                 if not self.done.done():
                     await asyncio.wait_for(asyncio.shield(self.done), self.options.timeout_s)
             except TimeoutError:
-                self.fail(f"episode timed out after {self.options.timeout_s} s", None)
+                self.fail(
+                    f"episode timed out after {self.options.timeout_s} s",
+                    None,
+                    code=ReasonCode.TIMEOUT,
+                )
             except Exception as exc:
                 self.fail(f"{type(exc).__name__}: {exc}", exc)
             finally:
@@ -286,26 +302,37 @@ class EpisodeRunner:
             self._turn_span = None
 
     def cancel(self, reason: str = "run interrupted") -> None:
-        self._finish("cancelled", reason)
+        self._finish("cancelled", reason, ReasonCode.CANCELLED)
 
-    def fail(self, reason: str, exc: BaseException | None) -> None:
+    def fail(
+        self,
+        reason: str,
+        exc: BaseException | None,
+        *,
+        code: ReasonCode = ReasonCode.EXCEPTION,
+    ) -> None:
         if self.done.done():
             return
         if exc is not None:
             self.result.error = "".join(traceback.format_exception(exc))
-        self._finish("error", reason)
+        self._finish("error", reason, code)
 
     def _actor_failed(self, actor: Actor, exc: BaseException) -> None:
         who = actor.agent.role if isinstance(actor, _AgentActor) else "game master"
         self.fail(f"{who} failed: {type(exc).__name__}: {exc}", exc)
 
-    def _finish(self, outcome: str, reason: str) -> None:
+    def _finish(self, outcome: str, reason: str, code: ReasonCode | None) -> None:
         if self.done.done():
             return
-        self.result.outcome = outcome
-        self.result.reason = reason
+        result = self.result
+        result.outcome = outcome
+        result.reason = reason
+        result.reason_code = None if code is None else ReasonCode(code).value
         if self.gm is not None and outcome in ("success", "lost", "aborted"):
-            self.result.scores = self.gm.scores()
+            scores = Scores.of(self.gm.scores())
+            result.main_score = scores.main
+            result.scores = dict(scores)
+            result.results = dict(self.gm.results)
         self.done.set_result(None)
 
     async def _publish_finished(self) -> None:
@@ -318,6 +345,9 @@ class EpisodeRunner:
             scores=self.result.scores,
             turns=self.result.turns,
             reason=self.result.reason,
+            reason_code=self.result.reason_code,
+            main_score=self.result.main_score,
+            results=self.result.results,
         )
         self.result.transcript.append(finished)
         # The record is what counts; observers may miss this one if the bus fails.
@@ -345,7 +375,9 @@ class EpisodeRunner:
         for event in gm.drain_events():
             await self._emit(self._events_topic, self._transcript_event(event))
         if turn is None:
-            self._finish(gm.outcome or "lost", gm.reason)
+            if gm.outcome is None:  # a game that stops without ending itself
+                gm.end("lost", "the game master had no next turn", code=ReasonCode.NO_TURN)
+            self._finish(gm.outcome or "lost", gm.reason, gm.reason_code)
             return
         self.expected = turn.role
         self.requests += 1

@@ -19,6 +19,7 @@ from parley.runtime.config import (
     MemorySpec,
     PairingMatrix,
     PlayerSpec,
+    settings_problems,
 )
 
 
@@ -113,20 +114,15 @@ def _check_block(
                     f"not a role of {block.game}; roles: {', '.join(info.roles)}",
                 )
             )
-    if info.default_settings:
-        for key in block.settings:
-            if key not in info.default_settings:
-                problems.append(
-                    (
-                        f"{where}.settings.{key}",
-                        block.settings[key],
-                        f"not a setting of {block.game}; settings: {', '.join(info.default_settings)}",
-                    )
-                )
+    assert info.settings is not None
+    settings_wrong = settings_problems(
+        block.game, info.settings, block.settings, f"{where}.settings"
+    )
+    problems.extend(settings_wrong)
     if block.instances_file and not Path(block.instances_file).exists():
         problems.append((f"{where}.instances_file", block.instances_file, "an existing JSONL file"))
     if info.check_settings is not None and not problems:
-        for problem in info.check_settings({**info.default_settings, **block.settings}):
+        for problem in info.check_settings(info.resolve_settings(block.settings)):
             problems.append((f"{where}.settings", block.settings, problem))
     return problems
 
@@ -196,7 +192,7 @@ def _text_variant(
 ) -> dict[str, Any]:
     """The episode settings for a pairing: the game's text variant (``text_settings``) merged
     in when a role that sees images is played by a model that takes none."""
-    settings = {**info.default_settings, **block.settings}
+    settings = info.resolve_settings(block.settings)
     blind = {
         role: p.model
         for role, p in players.items()

@@ -9,7 +9,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from parley.runtime.results import read_records
+from parley.runtime.results import main_score, read_records
 
 # A family's own tables: the `parley.reports` entry point named after the family (parley's
 # own in pyproject.toml, a plugin's in its package), "module:function" with
@@ -80,7 +80,7 @@ def summary_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[st
                 str(len(group)),
                 *(str(counts[o]) for o in OUTCOMES),
                 fmt(100.0 * counts["success"] / len(group)),
-                fmt(mean([r["scores"].get("main") for r in group])),
+                fmt(mean([main_score(r) for r in group])),
                 fmt(mean([r["turns"] for r in group])),
             ]
         )

@@ -17,9 +17,43 @@ from parley.bus.codec import encode
 from parley.event_loop import Pacer
 from parley.observability import tracing
 from parley.runtime.config import ConfigError, ExperimentConfig
-from parley.runtime.episode import EpisodeResult
+from parley.runtime.episode import RECORD_SCHEMA, EpisodeResult
 
 FINISHED = ("success", "lost", "aborted", "error")
+
+
+def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` in the current shape (:data:`~parley.runtime.episode.RECORD_SCHEMA`), so that
+    reports read runs recorded before it: a record without ``schema`` (1) had its main score as
+    ``scores["main"]`` and no reason code or per-role results. Modifies and returns ``record``.
+    """
+    if record.get("schema", 1) >= RECORD_SCHEMA:
+        return record
+    scores = dict(record.get("scores") or {})
+    record["main_score"] = scores.pop("main", None)
+    record["scores"] = scores
+    record.setdefault("reason_code", _old_reason_code(record))
+    record.setdefault("results", {})
+    record["schema"] = RECORD_SCHEMA
+    return record
+
+
+def _old_reason_code(record: dict[str, Any]) -> str | None:
+    """The reason code of a schema-1 record, where its outcome and reason text tell it (the
+    runtime's own endings); None where only the game knew."""
+    outcome, reason = record.get("outcome"), record.get("reason") or ""
+    if outcome == "cancelled":
+        return "cancelled"
+    if outcome == "error":
+        return "timeout" if reason.startswith("episode timed out") else "exception"
+    return None
+
+
+def main_score(record: dict[str, Any]) -> float | None:
+    """The declared main score of a record, of any schema."""
+    if record.get("schema", 1) >= 2:
+        return record.get("main_score")
+    return (record.get("scores") or {}).get("main")
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -39,7 +73,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         except json.JSONDecodeError:
             continue
         latest[record["episode"]] = record
-    return list(latest.values())
+    return [upgrade(record) for record in latest.values()]
 
 
 class RunFolder:

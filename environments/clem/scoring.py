@@ -27,6 +27,14 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def _main(record: dict[str, Any]) -> Any:
+    """A record's main score: ``main_score`` (record schema 2), or ``scores["main"]`` in
+    records written before it (docs/runtime.md, Outcomes)."""
+    if "schema" in record:
+        return record.get("main_score")
+    return (record.get("scores") or {}).get("main")
+
+
 def is_played(record: dict[str, Any]) -> bool:
     """An episode counts as played unless it was aborted (or never finished)."""
     return record.get("outcome") in ("success", "lost")
@@ -37,7 +45,7 @@ def game_stats(records: Iterable[dict[str, Any]]) -> GameStats:
     or were ``cancelled`` say nothing about the players and are left out."""
     records = [r for r in records if r.get("outcome") in ("success", "lost", "aborted")]
     played = [r for r in records if is_played(r)]
-    mains = [m for r in played if (m := _number((r.get("scores") or {}).get("main"))) is not None]
+    mains = [m for r in played if (m := _number(_main(r))) is not None]
     return GameStats(
         episodes=len(records),
         played=100.0 * len(played) / len(records) if records else 0.0,

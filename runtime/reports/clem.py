@@ -16,6 +16,7 @@ from typing import Any
 from parley.environments.clem.scoring import GameStats, clemscore, game_stats
 from parley.observability.transcript_html import write_html
 from parley.runtime.report import fmt, markdown_table, mean
+from parley.runtime.results import main_score
 
 GAMES = (
     "clem.matchit",
@@ -196,6 +197,8 @@ def mapworld_table(records: list[dict[str, Any]]) -> str:
         played = [r for r in rs if r["outcome"] in ("success", "lost")]
 
         def m(key: str, group: list[dict[str, Any]] = played) -> float | None:
+            if key == "main":
+                return mean([main_score(r) for r in group])
             return mean([(r.get("scores") or {}).get(key) for r in group])
 
         bounded = sum(1 for r in played if (r.get("scores") or {}).get("ged_bounded"))

@@ -14,14 +14,17 @@ from typing import Any
 import yaml
 
 from parley.runtime.report import fmt, markdown_table, mean
+from parley.runtime.results import main_score
 
 
 def _metrics(records: list[dict[str, Any]]) -> list[str]:
     keys: set[str] = set()
+    has_main = False
     for r in records:
         keys.update(k for k, v in (r.get("scores") or {}).items() if isinstance(v, int | float))
-    ordered = ["main"] if "main" in keys else []
-    return ordered + sorted(keys - {"main"})
+        has_main = has_main or isinstance(main_score(r), int | float)
+    keys.discard("main")  # a schema-1 record's main score, read through main_score
+    return (["main"] if has_main else []) + sorted(keys)
 
 
 def _cell(group: list[dict[str, Any]], metric: str) -> str:
@@ -35,6 +38,8 @@ def _cell(group: list[dict[str, Any]], metric: str) -> str:
         return fmt(100.0 * sum(r["outcome"] == "error" for r in group) / len(group))
     if metric == "replies":
         return fmt(mean([r["turns"] for r in group]))
+    if metric == "main":
+        return fmt(mean([main_score(r) for r in group]), 2)
     return fmt(mean([(r.get("scores") or {}).get(metric) for r in group]), 2)
 
 

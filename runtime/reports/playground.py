@@ -24,6 +24,7 @@ from parley.environments.playground.ratings import (
     aggregate,
     stars_text,
 )
+from parley.runtime.results import main_score
 
 TITLES = {
     "tictactoe": "TicTacToe",
@@ -78,8 +79,9 @@ def collect(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, floa
         key = next(k for t, _, k, _ in TABLES if t == task)
         if scores.get(key) is not None:
             sums[(task, label, game)].append(float(scores[key]))
-        if task == "e2e" and scores.get("main") is not None:
-            sums[("e2e_main", label, game)].append(float(scores["main"]) / 100.0)
+        main = main_score(record)
+        if task == "e2e" and main is not None:
+            sums[("e2e_main", label, game)].append(float(main) / 100.0)
     out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for (task, label, game), values in sums.items():
         mean = _mean(values)

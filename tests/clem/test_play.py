@@ -80,7 +80,7 @@ async def test_scripted_players_win_every_experiment(tmp_path: Path) -> None:
     ]
     assert not failed
     for r in records:
-        assert r["scores"]["main"] == 100.0, r["episode"]
+        assert r["main_score"] == 100.0, r["episode"]
         if r["game"] == "clem.mapworld_ee" or r["game"] == "clem.mapworld_eegr":
             assert r["scores"]["efficiency"] == 100.0 and r["scores"]["exploration"] == 100.0
         if r["game"] == "clem.mapworld_eegr":
@@ -98,7 +98,7 @@ async def test_random_players_finish_and_are_scored(tmp_path: Path) -> None:
     ]
     records = await _run(tmp_path, games)
     assert {r["outcome"] for r in records} <= {"success", "lost"}
-    assert all(r["scores"]["main"] is not None for r in records)
+    assert all(r["main_score"] is not None for r in records)
     ref = [r for r in records if r["game"] == "clem.reference"]
     assert 0 < sum(r["outcome"] == "success" for r in ref) < len(ref)
 

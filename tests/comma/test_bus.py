@@ -20,7 +20,7 @@ def test_scripted_pair_wins_every_seed_of_every_puzzle(big_run: Run) -> None:
     wins = Counter(r["game"] for r in scripted if r["outcome"] == "success")
     assert wins == {f"comma.{name}": 100 for name in PUZZLES}
     for r in scripted:
-        assert r["scores"]["psr"] == 1.0 and r["scores"]["main"] == 100.0
+        assert r["scores"]["psr"] == 1.0 and r["main_score"] == 100.0
         assert r["scores"]["mistakes"] == 0.0
         assert r["scores"]["turns"] <= 10
         assert r["token_source"] == {"solver": "counted", "expert": "counted"}

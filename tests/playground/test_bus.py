@@ -79,7 +79,7 @@ def test_scripted_players_score_everything_on_the_offline_tasks(offline: Run) ->
             assert len(records) >= 12
             for r in records:
                 assert r["outcome"] == "success", (r["game"], r["seed"], r["reason"])
-                assert r["scores"]["main"] == 100.0 and r["scores"]["parsed"] == 1.0
+                assert r["main_score"] == 100.0 and r["scores"]["parsed"] == 1.0
 
 
 def test_random_players_do_not(offline: Run) -> None:
@@ -87,7 +87,7 @@ def test_random_players_do_not(offline: Run) -> None:
         for task in OFFLINE:
             records = offline.of(f"playground.{game}.{task}", "random")
             assert {r["outcome"] for r in records} <= {"success", "lost"}
-            mean = sum(r["scores"]["main"] for r in records) / len(records)
+            mean = sum(r["main_score"] for r in records) / len(records)
             assert mean < 90, (game, task, mean)
     perceiving = collect(offline.records)["perceiving"]["random"]
     assert perceiving["tictactoe"] > perceiving["chess"]  # 3 symbols vs 13

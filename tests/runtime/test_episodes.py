@@ -124,7 +124,8 @@ async def test_an_oversized_reply_is_cut_and_recorded(tmp_path: Path) -> None:
     config = counter_config(2, {"kind": "scripted", "name": "wordy"})
     outcome = await run_experiment(config, tmp_path / "run")
     for r in outcome.records:
-        assert r["outcome"] == "aborted" and r["scores"]["main"] is None
+        assert r["outcome"] == "aborted" and r["main_score"] is None
+        assert r["reason_code"] == "rule_violation"
         notes = [
             m["content"][0]["text"]
             for m in outcome.folder.iter_transcript(r["episode"])
