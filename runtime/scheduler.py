@@ -71,8 +71,10 @@ class Scheduler:
         options: EpisodeOptions,
         concurrency: int,
         on_result: Callable[[EpisodeResult], None] | None = None,
+        on_begin: Callable[[EpisodeSpec], None] | None = None,
     ) -> None:
         self.specs = specs
+        self.on_begin = on_begin
         self.bus = bus
         self.host = ActorHost(bus)
         self.writer = writer
@@ -117,6 +119,8 @@ class Scheduler:
 
     async def _play(self, spec: EpisodeSpec, parent: trace.Span | None) -> EpisodeResult:
         runner = EpisodeRunner(spec, self.bus, self.host, self.options)
+        if self.on_begin is not None:
+            self.on_begin(spec)
         self._running.add(runner)
         self.progress.running += 1
         try:
@@ -239,11 +243,12 @@ async def run_experiment(
         lag = await probe.stop()
         await writer.close()
         tracing.close()
+    takeovers: list[dict[str, Any]] = []
     if isinstance(scheduler, WorkerScheduler):
-        loop_lag, errors = scheduler.loop_lag, scheduler.errors
+        loop_lag, errors, takeovers = scheduler.loop_lag, scheduler.errors, scheduler.takeovers
     else:
         loop_lag, errors = [lag], []
-    folder.note(workers=processes, loop_lag=loop_lag, errors=errors)
+    folder.note(workers=processes, loop_lag=loop_lag, errors=errors, takeovers=takeovers)
     return RunOutcome(
         folder,
         run_id,

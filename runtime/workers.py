@@ -9,9 +9,14 @@ and images; the parent writes and fsyncs them exactly as a one-process run does,
 resume and every reader are the same either way.
 
 Parent and worker talk over a socket pair in frames: a 4-byte length, a 1-byte kind and a
-payload. Parent to worker: ``J`` the job (JSON), ``S`` stop. Worker to parent: ``R`` a finished
-episode, ``D`` done (JSON: its loop lag), ``E`` a failure (its traceback).
-A worker that loses its parent stops its episodes and exits.
+payload. Parent to worker: ``J`` the job (JSON), ``S`` stop. Worker to parent: ``B`` an episode
+begun (its id), ``R`` a finished episode, ``D`` done (JSON: its loop lag), ``E`` a failure (its
+traceback). A worker that loses its parent stops its episodes and exits.
+
+A worker that dies before it is done is taken over: a fresh process plays its unfinished
+episodes, so the run still ends with every episode. An episode that was being played each time
+a worker died twice is not tried a third time: it is recorded as ``error`` with the reason, so
+one episode that kills its process cannot stall the run or kill every worker in turn.
 """
 
 from __future__ import annotations
@@ -48,8 +53,11 @@ from parley.runtime.results import EncodedResult, ResultWriter
 from parley.runtime.scheduler import Progress, Scheduler, episode_options
 
 _FRAME = struct.Struct(">IB")
+# Deaths of the process playing an episode after which it is recorded as an error, not retried.
+MAX_DEATHS = 2
 _HEADER = struct.Struct(">I")
 ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger("parley.runtime.workers")
 
 
 def frame(kind: bytes, payload: bytes = b"") -> bytes:
@@ -138,8 +146,13 @@ class WorkerScheduler:
         self.stopping = False
         self.loop_lag: list[dict[str, Any]] = []
         self.errors: list[str] = []
+        # Workers that died before they were done, and what became of their episodes.
+        self.takeovers: list[dict[str, Any]] = []
         self._links: list[asyncio.StreamWriter] = []
         self._share: list[tuple[int, int]] = []  # per worker: (concurrency, episodes left)
+        self.pids: dict[int, int] = {}  # worker slot -> the process playing it now
+        self._received: set[str] = set()
+        self._deaths: dict[str, int] = {}
 
     def stop(self) -> None:
         """Ask every worker to end its episodes as ``cancelled`` and finish."""
@@ -170,17 +183,96 @@ class WorkerScheduler:
                         "worker": i,
                         "workers": n,
                         "concurrency": limits[i],
-                        "specs": [s.model_dump(mode="json") for s in shards[i]],
                         "urls": urls,
                         "failed": failed,
                         "traceparent": traceparent,
                     }
-                    tg.start_soon(self._drive, i, job, recording)
+                    tg.start_soon(self._keep, i, job, shards[i], recording)
         finally:
             if recording:
                 await asyncio.gather(*recording)
 
-    async def _drive(self, i: int, job: dict[str, Any], recording: set[asyncio.Task[None]]) -> None:
+    async def _keep(
+        self,
+        i: int,
+        job: dict[str, Any],
+        specs: list[EpisodeSpec],
+        recording: set[asyncio.Task[None]],
+    ) -> None:
+        """Worker ``i``'s share played to the end: a worker that dies is replaced by a fresh
+        process for its unfinished episodes, until they are all recorded.
+
+        The episodes that were being played when a process died are suspects: the next process
+        replays them one at a time first, so a second death names the one episode that caused
+        it (recorded as ``error``), and the innocent ones are played as usual.
+        """
+        while specs:
+            suspects = [s for s in specs if self._deaths.get(s.id)]
+            batch = suspects or specs
+            begun: set[str] = set()
+            run_job = {
+                **job,
+                "specs": [s.model_dump(mode="json") for s in batch],
+                "concurrency": 1 if suspects else job["concurrency"],
+            }
+            self._share[i] = (run_job["concurrency"], len(batch))
+            self._update_running()
+            done, code = await self._drive(i, run_job, begun, recording)
+            left = [s for s in specs if s.id not in self._received]
+            if self.stopping:
+                return
+            if done:
+                specs = left
+                continue
+            if not begun:
+                # It died before it began anything (it could not start): another would too.
+                self.errors.append(
+                    f"worker {i} exited with code {code} before it began an episode; "
+                    f"{len(left)} episodes left for --resume"
+                )
+                return
+            for episode in begun - self._received:
+                self._deaths[episode] = self._deaths.get(episode, 0) + 1
+            given_up = [s for s in left if self._deaths.get(s.id, 0) >= MAX_DEATHS]
+            specs = [s for s in left if self._deaths.get(s.id, 0) < MAX_DEATHS]
+            self.takeovers.append(
+                {
+                    "worker": i,
+                    "exit_code": code,
+                    "unfinished": len(left),
+                    "given_up": sorted(s.id for s in given_up),
+                }
+            )
+            log.warning(
+                "worker %d exited with code %s before it finished; a new process takes over its "
+                "%d unfinished episodes",
+                i,
+                code,
+                len(specs),
+            )
+            for spec in given_up:
+                await self._give_up(spec, code)
+
+    async def _give_up(self, spec: EpisodeSpec, code: int | None) -> None:
+        """Record an episode whose worker process died every time it was played."""
+        result = EpisodeResult(
+            spec=spec,
+            outcome="error",
+            reason=f"the worker process playing it died {MAX_DEATHS} times (exit code {code})",
+            reason_code="exception",
+            error=f"worker process exited with code {code} while playing this episode",
+        )
+        self._received.add(spec.id)
+        await self._record(EncodedResult.of(result, self.options.run))
+
+    async def _drive(
+        self,
+        i: int,
+        job: dict[str, Any],
+        begun: set[str],
+        recording: set[asyncio.Task[None]],
+    ) -> tuple[bool, int | None]:
+        """Run one worker process over ``job``; whether it finished, and its exit code."""
         ours, theirs = socket.socketpair()
         env = {
             **os.environ,
@@ -195,6 +287,7 @@ class WorkerScheduler:
             env=env,
         )
         theirs.close()
+        self.pids[i] = process.pid
         reader, link = await asyncio.open_unix_connection(sock=ours)
         self._links.append(link)
         done = False
@@ -208,8 +301,11 @@ class WorkerScheduler:
                     kind, payload = await read_frame(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
-                if kind == b"R":
+                if kind == b"B":
+                    begun.add(payload.decode())
+                elif kind == b"R":
                     result = unpack_result(payload)
+                    self._received.add(result.record["episode"])
                     concurrency, left = self._share[i]
                     self._share[i] = (concurrency, left - 1)
                     self._update_running()
@@ -226,16 +322,16 @@ class WorkerScheduler:
         finally:
             self._share[i] = (self._share[i][0], 0)
             self._update_running()
+            self._links.remove(link)
             link.close()
             with contextlib.suppress(Exception):
                 await link.wait_closed()
             try:
-                code = await asyncio.wait_for(process.wait(), 30)
+                code: int | None = await asyncio.wait_for(process.wait(), 30)
             except TimeoutError:
                 process.kill()
                 code = await process.wait()
-            if not done and not any(e.startswith(f"worker {i} ") for e in self.errors):
-                self.errors.append(f"worker {i} exited with code {code} before it finished")
+        return done, code
 
     def _update_running(self) -> None:
         self.progress.running = sum(min(c, left) for c, left in self._share)
@@ -322,7 +418,14 @@ async def play_job(
     the_bus = tracing.wrap_bus(bus_module.connect(worker_bus_url(url, worker)))
     options = episode_options(config, run_id)
     sink = _FrameSink(link, run_id, metrics=config.tracing.enabled)
-    scheduler = Scheduler(specs, the_bus, sink, options, job["concurrency"])  # type: ignore[arg-type]
+    scheduler = Scheduler(
+        specs,
+        the_bus,
+        sink,  # type: ignore[arg-type]
+        options,
+        job["concurrency"],
+        on_begin=lambda spec: link.write(frame(b"B", spec.id.encode())),
+    )
     listener = asyncio.create_task(_listen(reader, scheduler))
     probe = LoopLagProbe().start()
     context = span_context(job.get("traceparent"))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -122,25 +124,51 @@ def _spans(path: Path) -> list[dict[str, Any]]:
     return read_spans(path)
 
 
-async def test_a_crashed_worker_loses_only_its_unfinished_episodes(
+async def test_an_episode_that_kills_its_worker_twice_is_an_error_and_the_run_finishes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = counter_config(2, 12, player="kills_process_on_5")
     monkeypatch.setenv("PARLEY_TEST_CRASH", "1")
     outcome = await run_experiment(config, tmp_path / "run")
-    monkeypatch.delenv("PARLEY_TEST_CRASH")
 
-    # Seed 5 goes to worker 1 (round robin); worker 0 plays all of its six.
-    assert len(outcome.errors) == 1 and outcome.errors[0].startswith("worker 1 exited with code 3")
-    seeds = {r["seed"] for r in outcome.records}
-    assert {0, 2, 4, 6, 8, 10} <= seeds and 5 not in seeds
-    assert all(r["outcome"] == "success" for r in outcome.records)
+    # Seed 5 goes to worker 1 (round robin); its process dies in it, a new one takes over, the
+    # suspects are replayed one at a time, and seed 5 kills that one too: it is given up.
+    assert not outcome.errors
+    by_seed = {r["seed"]: r for r in outcome.records}
+    assert sorted(by_seed) == list(range(12))
+    assert by_seed[5]["outcome"] == "error"
+    assert by_seed[5]["reason_code"] == "exception"
+    assert "died 2 times" in by_seed[5]["reason"]
+    assert all(r["outcome"] == "success" for seed, r in by_seed.items() if seed != 5)
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [t["worker"] for t in run["takeovers"]] == [1, 1]
+    assert run["takeovers"][-1]["given_up"] == [by_seed[5]["episode"]]
+    assert all(t["exit_code"] == 3 for t in run["takeovers"])
 
-    # Resumed, now without the crash, the rest is played and nothing twice.
-    resumed = await run_experiment(config, tmp_path / "run", resume=True)
-    assert not resumed.errors
-    assert resumed.progress.skipped == len(outcome.records)
-    assert sorted(r["seed"] for r in resumed.records) == list(range(12))
+
+async def test_a_killed_worker_is_taken_over_and_the_run_finishes(tmp_path: Path) -> None:
+    config = counter_config(2, 16, player="slow", target=4)
+    schedulers: list[WorkerScheduler] = []
+    killed: list[int] = []
+
+    async def kill_one() -> None:
+        while not schedulers or schedulers[0].progress.done < 2:
+            await asyncio.sleep(0.05)
+        pid = schedulers[0].pids[0]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = asyncio.create_task(kill_one())
+    outcome = await run_experiment(config, tmp_path / "run", on_start=schedulers.append)
+    await killer
+
+    assert killed and not outcome.errors and not outcome.interrupted
+    assert sorted(r["seed"] for r in outcome.records) == list(range(16))
+    assert {r["outcome"] for r in outcome.records} == {"success"}
+    (takeover,) = json.loads((tmp_path / "run" / "run.json").read_text())["takeovers"]
+    assert takeover["worker"] == 0 and takeover["exit_code"] == -signal.SIGKILL
+    assert takeover["unfinished"] >= 1 and takeover["given_up"] == []
+    assert schedulers[0].pids[0] != killed[0]
 
 
 async def test_stop_cancels_in_the_workers_and_resume_finishes(tmp_path: Path) -> None:
