@@ -17,6 +17,10 @@ and goes to the broker for everyone else; broker subscriptions use MQTT 5 ``no_l
 broker never sends a process its own messages back. A bounded memory of recent
 ``(topic, message id)`` pairs drops redeliveries (QoS 1 resends after a reconnect, overlapping
 subscriptions), counted in ``stats.duplicates``.
+
+Whatever this needs beneath aiomqtt's and paho's public API (the paho client inside aiomqtt's,
+the future that ends a connection, the keepalive task) goes through
+:mod:`parley.bus.mqtt_adapter`, which checks the installed versions when the first bus starts.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from parley.bus import topics
+from parley.bus import mqtt_adapter, topics
 from parley.bus.base import Bus, BusClosed, Subscription
 from parley.bus.codec import CONTENT_TYPE, DEFAULT_MAX_BYTES, CodecError, decode, encode
 from parley.bus.messages import Message
@@ -100,13 +104,11 @@ class _Connection:
 
     @property
     def paho(self) -> paho_mqtt.Client:
-        return self.client._client
+        return mqtt_adapter.paho_of(self.client)
 
     def fail(self, exc: BaseException) -> None:
         """The socket broke: end this connection (the connection loop starts the next)."""
-        disconnected = self.client._disconnected
-        if not disconnected.done():
-            disconnected.set_exception(exc)
+        mqtt_adapter.end_connection(self.client, exc)
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -332,6 +334,7 @@ class MqttBus(Bus):
         if self.closed:
             raise BusClosed("bus is closed")
         loop = asyncio.get_running_loop()
+        mqtt_adapter.ensure_compatible()  # an incompatible aiomqtt/paho upgrade fails here
         if self.tls and self._ssl_context is None:
             self._ssl_context = self._tls_context()  # a missing or bad file fails here, at once
         self._closing = loop.create_future()
@@ -640,8 +643,7 @@ class MqttBus(Bus):
             def register() -> None:
                 if not conn.paused:
                     _add(loop.add_reader, sock, self._socket_readable, conn)
-                if client._misc_task is None or client._misc_task.done():
-                    client._misc_task = loop.create_task(client._misc_loop())
+                mqtt_adapter.start_housekeeping(client, loop)
 
             loop.call_soon_threadsafe(register)  # paho opens the socket in an executor thread
 
@@ -658,8 +660,7 @@ class MqttBus(Bus):
             def unregister() -> None:
                 _remove(loop.remove_reader, sock)
                 _remove(loop.remove_writer, sock)
-                if client._misc_task is not None and not client._misc_task.done():
-                    client._misc_task.cancel()
+                mqtt_adapter.stop_housekeeping(client)
 
             if threading.get_ident() == conn.loop_thread:
                 unregister()
@@ -676,7 +677,7 @@ class MqttBus(Bus):
         try:
             while True:
                 paho.loop_read()
-                sock = paho._sock
+                sock = paho.socket()
                 if sock is not None and hasattr(sock, "pending") and sock.pending() > 0:
                     continue  # TLS: decrypted bytes the selector cannot see
                 break
@@ -722,7 +723,9 @@ class MqttBus(Bus):
             topic = raw.topic
         except UnicodeDecodeError:
             self.stats.count_malformed("bad_topic")
-            log.warning("dropped a message whose topic is not UTF-8: %r", raw._topic)
+            log.warning(
+                "dropped a message whose topic is not UTF-8: %r", mqtt_adapter.raw_topic(raw)
+            )
             return
         try:
             message = decode(
@@ -783,7 +786,7 @@ class MqttBus(Bus):
         )
         self._install_socket_callbacks(conn)
         conn_box.append(conn)
-        paho = client._client
+        paho = mqtt_adapter.paho_of(client)
         paho.manual_ack_set(True)
         paho.on_message = lambda c, u, m: self._on_paho_message(conn, c, u, m)
         paho.on_publish = lambda c, u, mid, rc, p: self._on_puback(conn, c, u, mid, rc, p)
@@ -844,7 +847,7 @@ class MqttBus(Bus):
         self._unsent = deque(self._pending)
         self._pump()
         self._connected.set()
-        disconnected = conn.client._disconnected
+        disconnected = mqtt_adapter.disconnected(conn.client)
         try:
             filters = list(self._filters.items())
             if filters:
@@ -873,7 +876,7 @@ class MqttBus(Bus):
         if conn.paho.disconnect(properties=properties) == paho_mqtt.MQTT_ERR_SUCCESS:
             with contextlib.suppress(TimeoutError, MqttError):
                 await asyncio.wait_for(
-                    asyncio.shield(conn.client._disconnected), self.operation_timeout
+                    asyncio.shield(mqtt_adapter.disconnected(conn.client)), self.operation_timeout
                 )
 
 

@@ -1,0 +1,139 @@
+"""What the MQTT transport touches beneath aiomqtt's and paho's public API, in one place.
+
+``parley.bus.mqtt`` publishes and acknowledges through paho directly and runs paho's socket
+callbacks itself (see its docstring); for that it needs four things aiomqtt keeps private: the
+paho client inside an ``aiomqtt.Client``, the future that ends a connection, the housekeeping
+task (keepalive pings) aiomqtt starts when a socket opens, and, for a log line, a message's
+raw topic bytes. They are read and written only here. :func:`problems` checks that the
+installed versions still have each of them, and everything else the transport relies on, in
+the expected shape; :func:`ensure_compatible` runs it once per process when the first MQTT bus
+starts, so an incompatible upgrade fails at once with the list of what changed
+(``tests/bus/test_mqtt_adapter.py`` checks it in CI) rather than in the middle of a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from importlib.metadata import version
+from typing import Any
+
+import aiomqtt
+import paho.mqtt.client as paho_mqtt
+
+# Public paho methods and callback slots the transport uses (beside what aiomqtt uses itself).
+PAHO_METHODS = (
+    "socket",
+    "loop_read",
+    "loop_write",
+    "loop_misc",
+    "manual_ack_set",
+    "ack",
+    "publish",
+    "disconnect",
+    "is_connected",
+)
+PAHO_CALLBACKS = (
+    "on_socket_open",
+    "on_socket_close",
+    "on_socket_register_write",
+    "on_socket_unregister_write",
+    "on_message",
+    "on_publish",
+    "on_connect",
+)
+
+
+class IncompatibleMqttLibrary(RuntimeError):
+    """The installed aiomqtt or paho-mqtt lacks something the MQTT transport relies on."""
+
+
+def paho_of(client: aiomqtt.Client) -> paho_mqtt.Client:
+    """The paho client an aiomqtt client drives."""
+    return client._client
+
+
+def disconnected(client: aiomqtt.Client) -> asyncio.Future[None]:
+    """The future that completes when the client's current connection ends (aiomqtt replaces it
+    on every connect, so ask again after each)."""
+    return client._disconnected
+
+
+def end_connection(client: aiomqtt.Client, exc: BaseException) -> None:
+    """End the current connection with ``exc`` (its socket broke), as aiomqtt itself would."""
+    future = client._disconnected
+    if not future.done():
+        future.set_exception(exc)
+
+
+def start_housekeeping(client: aiomqtt.Client, loop: asyncio.AbstractEventLoop) -> None:
+    """Start aiomqtt's once-a-second task (paho's ``loop_misc``: keepalive pings, timeouts) if
+    it is not running; aiomqtt's own socket callbacks would, and the transport replaces them."""
+    if client._misc_task is None or client._misc_task.done():
+        client._misc_task = loop.create_task(client._misc_loop())
+
+
+def stop_housekeeping(client: aiomqtt.Client) -> None:
+    """Cancel the task :func:`start_housekeeping` started (the socket closed)."""
+    if client._misc_task is not None and not client._misc_task.done():
+        client._misc_task.cancel()
+
+
+def raw_topic(message: paho_mqtt.MQTTMessage) -> bytes:
+    """A received message's topic as the broker sent it (for a topic that is not UTF-8)."""
+    return getattr(message, "_topic", b"")
+
+
+def problems(client: Any) -> list[str]:
+    """What ``client`` (an ``aiomqtt.Client``, made on a running loop; no connection needed)
+    and the installed paho lack of what this module and the transport use; empty if nothing."""
+    found: list[str] = []
+    paho = getattr(client, "_client", None)
+    if not isinstance(paho, paho_mqtt.Client):
+        found.append(f"aiomqtt.Client._client is {type(paho).__name__}, not a paho Client")
+    else:
+        for name in PAHO_METHODS:
+            if not callable(getattr(paho, name, None)):
+                found.append(f"paho Client.{name}() is missing")
+        for name in PAHO_CALLBACKS:
+            if not hasattr(paho, name):
+                found.append(f"paho Client.{name} (callback) is missing")
+        if not callable(getattr(paho, "on_connect", None)):
+            found.append("aiomqtt no longer sets paho's on_connect (the transport chains it)")
+    future = getattr(client, "_disconnected", None)
+    if not isinstance(future, asyncio.Future):
+        found.append(f"aiomqtt.Client._disconnected is {type(future).__name__}, not a Future")
+    task = getattr(client, "_misc_task", "missing")
+    if not (task is None or isinstance(task, asyncio.Task)):
+        found.append(f"aiomqtt.Client._misc_task is {task!r}, not None or a Task")
+    if not inspect.iscoroutinefunction(getattr(client, "_misc_loop", None)):
+        found.append("aiomqtt.Client._misc_loop() is missing or not a coroutine function")
+    # The transport's on_publish takes paho's version-2 callback arguments, as aiomqtt's does.
+    on_publish = getattr(client, "_on_publish", None)
+    if on_publish is None or len(inspect.signature(on_publish).parameters) != 5:
+        found.append(
+            "aiomqtt's on_publish no longer takes (client, userdata, mid, reason_code, properties)"
+        )
+    if "_topic" not in getattr(paho_mqtt.MQTTMessage, "__slots__", ()):
+        found.append("paho MQTTMessage has no _topic slot (the raw topic bytes)")
+    return found
+
+
+_checked = False
+
+
+def ensure_compatible(client: Any | None = None) -> None:
+    """Raise :class:`IncompatibleMqttLibrary`, naming every problem and the installed versions,
+    when :func:`problems` finds any; checks once per process (call on a running loop)."""
+    global _checked
+    if _checked and client is None:
+        return
+    found = problems(client if client is not None else aiomqtt.Client("127.0.0.1"))
+    if found:
+        versions = f"aiomqtt {version('aiomqtt')}, paho-mqtt {version('paho-mqtt')}"
+        raise IncompatibleMqttLibrary(
+            f"the MQTT transport does not work with {versions} (it needs aiomqtt 2.x on "
+            f"paho-mqtt 2.x): " + "; ".join(found)
+        )
+    if client is None:
+        _checked = True
