@@ -32,12 +32,14 @@ import yarl
 from opentelemetry import baggage, trace
 
 from parley.agents.backends.formats import (
+    MAX_REPLY_CHARS,
     AnthropicStream,
     BadResponse,
     OpenAIStream,
     Reply,
     anthropic_body,
     fit_max_tokens,
+    load_body,
     openai_body,
     parse_anthropic,
     parse_openai,
@@ -57,15 +59,6 @@ def _dumps(value: Any) -> bytes:
         return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
     except TypeError:
         return json.dumps(value).encode()
-
-
-def _loads(data: bytes) -> Any:
-    """A response body parsed (orjson; the standard library for what orjson refuses — NaN,
-    huge integers, not JSON at all — so that errors read as before)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
 
 
 class ModelUnavailable(RuntimeError):
@@ -133,6 +126,8 @@ _BAD = (
     BadResponse,
     json.JSONDecodeError,
     UnicodeDecodeError,
+    # The SDK's stream decoder parses each event with json.loads: deep nesting ends here.
+    RecursionError,
     openai.APIResponseValidationError,
     anthropic.APIResponseValidationError,
     openai.APIError,
@@ -238,7 +233,7 @@ class Backend:
         streamed chunks (OpenAI) or events (Anthropic) gathered by the backend's accumulator."""
         if not stream:
             response = await client.post(self.path, body=body, cast_to=httpx2.Response)
-            return self.parse(_loads(response.content))
+            return _parsed(self.parse, response.content)
         start = time.monotonic()
         ttft: float | None = None
         acc = self.accumulator()
@@ -262,6 +257,15 @@ class Backend:
     def root(url: str) -> str:
         """The server root of a base URL (``…/v1`` removed), where ``/health`` lives."""
         return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def _parsed(parse: Callable[[Any], Reply], body: bytes) -> Reply:
+    """A whole response body parsed by ``parse``, with the bytes that were not UTF-8 counted
+    among the repaired characters."""
+    data, repaired = load_body(body)
+    reply = parse(data)
+    reply.repaired += repaired
+    return reply
 
 
 def _http_client(module: Any, spec: ModelSpec) -> httpx2.AsyncClient:
@@ -352,7 +356,7 @@ class DirectTransport:
                     response.status, response.headers, f"HTTP {response.status}: {text[:300]}"
                 )
             if not stream:
-                return self.backend.parse(_loads(await response.read()))
+                return _parsed(self.backend.parse, await response.read())
             acc = self.backend.accumulator()
             ttft: float | None = None
             async for raw in response.content:
@@ -364,7 +368,9 @@ class DirectTransport:
                     break
                 if ttft is None:
                     ttft = time.monotonic() - start
-                acc.add(_loads(data))
+                item, repaired = load_body(data)
+                acc.repaired += repaired
+                acc.add(item)
             return acc.reply(ttft)
 
     async def aclose(self) -> None:
@@ -488,7 +494,10 @@ class ModelClient:
         self.spec = spec
         self.backend = BACKENDS[spec.backend]
         self.endpoints = endpoints
-        self.secrets = tuple(s for s in secrets if s)
+        # Header values (an Authorization header of the config) are secrets as much as the key.
+        # (Short values such as "1" would mask ordinary words of error messages.)
+        header_values = [v.split()[-1] for v in spec.headers.values() if len(v.strip()) >= 6]
+        self.secrets = tuple(s for s in (*secrets, *header_values) if s)
         self.tracer = tracer or (lambda: trace.get_tracer("parley.agents"))
         self.unavailable = unavailable
         self._rng = random.Random()
@@ -638,6 +647,10 @@ class ModelClient:
                         }
                     if reply.finish_reason:
                         record["finish_reason"] = reply.finish_reason
+                    if reply.repaired:
+                        record["repaired"] = reply.repaired
+                    if reply.length is not None:
+                        record["cut"] = {"from": reply.length, "to": MAX_REPLY_CHARS}
                     if span.is_recording():
                         # One call: the SDK takes its lock once per call.
                         done: dict[str, Any] = {}

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+import re
+import reprlib
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from parley.agents.backends.spec import GenerationParams, ModelSpec
 from parley.bus.messages import ImagePart, PromptMessage, TextPart, Usage
@@ -19,14 +24,28 @@ NO_IMAGES = "[image left out: this model takes no images]"
 EARLIER_IMAGE = "[earlier image left out: over this model's image limit]"
 MISSING_IMAGE = "[image not available]"
 
+# A reply's text is cut past this many characters (the game sees no more; see
+# EpisodeOptions.max_reply_chars), and so is every string of the raw response kept with it.
+MAX_REPLY_CHARS = 100_000
+# The raw response kept in the transcript: characters of text in all (each node counts one
+# too), and how deep its containers may nest, beyond which parts are left out, marked.
+RAW_BUDGET = 3 * MAX_REPLY_CHARS
+RAW_DEPTH = 32
+
 
 class BadResponse(ValueError):
-    """A reply that is not what the API promises (not JSON, cut short, no text)."""
+    """A reply that is not what the API promises (not JSON, cut short, no text, a field of the
+    wrong type). The parsers here raise nothing else, whatever the input."""
 
 
 @dataclass
 class Reply:
-    """One successful model call."""
+    """One successful model call.
+
+    ``repaired``: characters replaced with U+FFFD because they were not valid text (lone
+    surrogates, bytes that are not UTF-8); ``length``: the text's length before it was cut
+    to :data:`MAX_REPLY_CHARS` (``None`` when it was not cut).
+    """
 
     text: str
     usage: Usage | None
@@ -34,6 +53,188 @@ class Reply:
     model: str
     raw: dict[str, Any]
     ttft_s: float | None = None
+    repaired: int = 0
+    length: int | None = None
+
+
+# --- text hygiene ---------------------------------------------------------------------------
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SHOWN = reprlib.Repr()  # (keyword arguments only from Python 3.12)
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 60, 60
+
+
+def shown(value: Any) -> str:
+    """A short, safe ``repr`` of a value from a response, for error messages (bounded in
+    length and depth: a deeply nested value cannot blow the stack)."""
+    return _SHOWN.repr(value)
+
+
+def repair_text(text: str) -> tuple[str, int]:
+    """``text`` with lone surrogates replaced by U+FFFD, and how many were replaced.
+
+    JSON may escape half a surrogate pair (``"\\ud800"``), which Python decodes to a string
+    that cannot be written as UTF-8. Halves of one pair that arrived apart (two streamed
+    chunks) are joined back into their character.
+
+    >>> repair_text("cut wire one \ud800 please")
+    ('cut wire one \ufffd please', 1)
+    """
+    if _SURROGATE.search(text) is None:
+        return text, 0
+    fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return fixed, fixed.count("\ufffd") - text.count("\ufffd")
+
+
+def cut_marker(length: int) -> str:
+    return f"[… cut here: {length} characters in all]"
+
+
+def cut_text(text: str, limit: int = MAX_REPLY_CHARS) -> str:
+    """``text`` if it is at most ``limit`` characters, else its first ``limit`` and a marker
+    with the original length."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + cut_marker(len(text))
+
+
+class _Bounded:
+    """A copy of a parsed JSON value that can be written anywhere: strings repaired and cut,
+    at most :data:`RAW_BUDGET` characters and :data:`RAW_DEPTH` levels, plain JSON types only."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = RAW_BUDGET
+        self.repaired = 0
+
+    def text(self, value: str) -> str:
+        value, repaired = repair_text(value)
+        self.repaired += repaired
+        keep = max(0, min(self.limit, self.left))
+        self.left -= min(len(value), keep) + 1
+        return cut_text(value, keep)
+
+    def value(self, value: Any, depth: int = 0) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, bool) or value is None:
+            self.left -= 1
+            return value
+        if isinstance(value, int):
+            self.left -= 1
+            # orjson writes integers up to 64 bits; a bigger one is kept as text.
+            return value if -(2**63) <= value < 2**64 else str(value)
+        if isinstance(value, float):
+            self.left -= 1
+            return value
+        if isinstance(value, dict | list):
+            if depth >= RAW_DEPTH:
+                return "[… nested too deep: left out]"
+            return self.container(value, depth + 1)
+        return self.text(type(value).__name__)  # not a JSON type: only its name is kept
+
+    def container(self, value: dict[Any, Any] | list[Any], depth: int) -> Any:
+        if isinstance(value, dict):
+            out: dict[str, Any] = {}
+            for key, item in value.items():
+                if self.left <= 0:
+                    out["…"] = f"[… {len(value) - len(out)} more fields left out]"
+                    break
+                out[self.text(str(key))] = self.value(item, depth)
+            return out
+        items: list[Any] = []
+        for item in value:
+            if self.left <= 0:
+                items.append(f"[… {len(value) - len(items)} more items left out]")
+                break
+            items.append(self.value(item, depth))
+        return items
+
+
+def bounded(data: dict[str, Any], limit: int = MAX_REPLY_CHARS) -> tuple[dict[str, Any], int]:
+    """A response as it is kept in the transcript: every string repaired and cut at ``limit``,
+    the whole bounded; and the number of characters repaired."""
+    walker = _Bounded(limit)
+    return walker.value(data), walker.repaired
+
+
+def load_body(data: bytes) -> tuple[Any, int]:
+    """A response body parsed as JSON, and how many of its bytes were not UTF-8 (each run of
+    them read as U+FFFD); raises :class:`BadResponse` when it is not JSON.
+
+    orjson first (several times less CPU); the standard library for what orjson refuses (NaN,
+    huge integers, lone surrogates), so that a body is refused only when it is not JSON at all.
+    """
+    try:
+        return orjson.loads(data), 0
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        text = data.decode("utf-8")
+        repaired = 0
+    except UnicodeDecodeError:
+        text = data.decode("utf-8", "replace")
+        repaired = text.count("\ufffd") - data.count("\ufffd".encode())
+    try:
+        return json.loads(text), repaired
+    except (ValueError, RecursionError) as exc:
+        raise BadResponse(f"the body is not JSON: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _label(value: str) -> str:
+    """A short string of a response (model name, finish reason), repaired and cut."""
+    return cut_text(repair_text(value)[0], 200)
+
+
+def _int(value: Any, where: str) -> int:
+    """A token count: a whole number ≥ 0, or absent."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63:
+        return value
+    raise BadResponse(f"{where} is {shown(value)}, expected a whole number of tokens")
+
+
+def _opt_str(value: Any, where: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise BadResponse(f"{where} is {shown(value)}, expected a string")
+
+
+def _obj(value: Any, where: str) -> dict[str, Any]:
+    """An object field that may be absent (``None`` reads as empty)."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return value
+    raise BadResponse(f"{where} is {shown(value)}, expected an object")
+
+
+def _finish(
+    text: str,
+    data: dict[str, Any],
+    usage: Usage | None,
+    finish_reason: Any,
+    model: Any,
+    where: str,
+) -> Reply:
+    """The reply of a parsed response: its raw record bounded, its text repaired and cut."""
+    finish_reason = _opt_str(finish_reason, f"{where}finish_reason")
+    model = _opt_str(model, "model")
+    raw, repaired = bounded(data)
+    length = len(text)
+    text, _ = repair_text(text)
+    return Reply(
+        text=cut_text(text),
+        usage=usage,
+        finish_reason=_label(finish_reason) if finish_reason else None,
+        model=_label(model) if model else "",
+        raw=raw,
+        repaired=repaired,
+        length=length if length > MAX_REPLY_CHARS else None,
+    )
 
 
 @dataclass
@@ -212,31 +413,49 @@ def openai_body(
 
 
 def parse_openai(data: Any) -> Reply:
+    """A chat completion; raises :class:`BadResponse` for anything that is not one."""
     if not isinstance(data, dict):
         raise BadResponse(f"expected a JSON object, got {type(data).__name__}")
     choices = data.get("choices")
     if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
         raise BadResponse("the response has no choices")
-    message = choices[0].get("message") or {}
+    choice = choices[0]
+    message = _obj(choice.get("message"), "choices[0].message")
     text = message.get("content")
     if text is None:
         # Reasoning servers may put everything in reasoning_content; a refusal has its own field.
-        text = message.get("refusal") or ""
+        text = _opt_str(message.get("refusal"), "choices[0].message.refusal") or ""
     if isinstance(text, list):
-        text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
-    usage = data.get("usage") or None
-    return Reply(
-        text=str(text),
-        usage=Usage(
-            input_tokens=int(usage.get("prompt_tokens") or 0),
-            output_tokens=int(usage.get("completion_tokens") or 0),
+        text = "".join(_part_text(p, i) for i, p in enumerate(text))
+    elif not isinstance(text, str):
+        raise BadResponse(
+            f"choices[0].message.content is {shown(text)}, expected a string or a list of parts"
         )
-        if isinstance(usage, dict)
+    usage = _obj(data.get("usage"), "usage") if data.get("usage") is not None else None
+    return _finish(
+        text,
+        data,
+        Usage(
+            input_tokens=_int(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+            output_tokens=_int(usage.get("completion_tokens"), "usage.completion_tokens"),
+        )
+        if usage
         else None,
-        finish_reason=choices[0].get("finish_reason"),
-        model=str(data.get("model") or ""),
-        raw=data,
+        choice.get("finish_reason"),
+        data.get("model"),
+        "choices[0].",
     )
+
+
+def _part_text(part: Any, index: int) -> str:
+    if not isinstance(part, dict):
+        return ""
+    text = part.get("text", "")
+    if not isinstance(text, str):
+        raise BadResponse(
+            f"choices[0].message.content[{index}].text is {shown(text)}, expected a string"
+        )
+    return text
 
 
 class OpenAIStream:
@@ -249,21 +468,28 @@ class OpenAIStream:
         self.model = ""
         self.id = ""
         self.chunks = 0
+        self.repaired = 0  # characters repaired while the chunks were read (load_body)
 
     def add(self, chunk: Any) -> None:
         if not isinstance(chunk, dict):
             raise BadResponse("a streamed chunk is not a JSON object")
         self.chunks += 1
-        self.id = self.id or str(chunk.get("id") or "")
-        self.model = self.model or str(chunk.get("model") or "")
+        self.id = self.id or _opt_str(chunk.get("id"), "a chunk's id") or ""
+        self.model = self.model or _opt_str(chunk.get("model"), "a chunk's model") or ""
         if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                self.text.append(delta["content"])
-            if choice.get("finish_reason"):
-                self.finish = choice["finish_reason"]
+            self.usage = _obj(chunk["usage"], "a chunk's usage")
+        choices = chunk.get("choices") or []
+        if not isinstance(choices, list):
+            raise BadResponse(f"a chunk's choices is {shown(choices)}, expected a list")
+        for choice in choices:
+            choice = _obj(choice, "a chunk's choice")
+            delta = _obj(choice.get("delta"), "a chunk's delta")
+            content = _opt_str(delta.get("content"), "a chunk's delta.content")
+            if content:
+                self.text.append(content)
+            finish = _opt_str(choice.get("finish_reason"), "a chunk's finish_reason")
+            if finish:
+                self.finish = finish
 
     def reply(self, ttft_s: float | None) -> Reply:
         if self.finish is None:
@@ -287,6 +513,7 @@ class OpenAIStream:
         }
         reply = parse_openai(raw)
         reply.ttft_s = ttft_s
+        reply.repaired += self.repaired
         return reply
 
 
@@ -343,28 +570,39 @@ def anthropic_body(
 
 
 def parse_anthropic(data: Any) -> Reply:
+    """A messages API reply; raises :class:`BadResponse` for anything that is not one."""
     if not isinstance(data, dict):
         raise BadResponse(f"expected a JSON object, got {type(data).__name__}")
     content = data.get("content")
     if not isinstance(content, list):
         raise BadResponse("the response has no content")
-    text = "".join(
-        b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text"
-    )
-    usage = data.get("usage")
-    return Reply(
-        text=text,
-        usage=Usage(
-            input_tokens=int(usage.get("input_tokens") or 0)
-            + int(usage.get("cache_read_input_tokens") or 0)
-            + int(usage.get("cache_creation_input_tokens") or 0),
-            output_tokens=int(usage.get("output_tokens") or 0),
+    texts: list[str] = []
+    for i, block in enumerate(content):
+        if isinstance(block, dict) and block.get("type") == "text":
+            text = block.get("text", "")
+            if not isinstance(text, str):
+                raise BadResponse(f"content[{i}].text is {shown(text)}, expected a string")
+            texts.append(text)
+    usage = _obj(data.get("usage"), "usage") if data.get("usage") is not None else None
+    return _finish(
+        "".join(texts),
+        data,
+        Usage(
+            input_tokens=sum(
+                _int(usage.get(key), f"usage.{key}")
+                for key in (
+                    "input_tokens",
+                    "cache_read_input_tokens",
+                    "cache_creation_input_tokens",
+                )
+            ),
+            output_tokens=_int(usage.get("output_tokens"), "usage.output_tokens"),
         )
-        if isinstance(usage, dict)
+        if usage is not None
         else None,
-        finish_reason=data.get("stop_reason"),
-        model=str(data.get("model") or ""),
-        raw=data,
+        data.get("stop_reason"),
+        data.get("model"),
+        "",
     )
 
 
@@ -378,6 +616,7 @@ class AnthropicStream:
         self.stop_reason: str | None = None
         self.stopped = False
         self.events = 0
+        self.repaired = 0  # characters repaired while the events were read (load_body)
 
     def add(self, event: Any) -> None:
         if not isinstance(event, dict):
@@ -385,21 +624,25 @@ class AnthropicStream:
         self.events += 1
         kind = event.get("type")
         if kind == "message_start":
-            self.message = dict(event.get("message") or {})
-            self.usage.update(self.message.get("usage") or {})
+            self.message = dict(_obj(event.get("message"), "message_start.message"))
+            self.usage.update(_obj(self.message.get("usage"), "message_start.message.usage"))
         elif kind == "content_block_delta":
-            delta = event.get("delta") or {}
+            delta = _obj(event.get("delta"), "content_block_delta.delta")
             if delta.get("type") == "text_delta":
-                self.text.append(delta.get("text", ""))
+                text = delta.get("text", "")
+                if not isinstance(text, str):
+                    raise BadResponse(f"a text delta is {shown(text)}, expected a string")
+                self.text.append(text)
         elif kind == "message_delta":
-            self.stop_reason = (event.get("delta") or {}).get("stop_reason") or self.stop_reason
-            self.usage.update(
-                {k: v for k, v in (event.get("usage") or {}).items() if v is not None}
-            )
+            delta = _obj(event.get("delta"), "message_delta.delta")
+            stop = _opt_str(delta.get("stop_reason"), "message_delta.delta.stop_reason")
+            self.stop_reason = stop or self.stop_reason
+            usage = _obj(event.get("usage"), "message_delta.usage")
+            self.usage.update({k: v for k, v in usage.items() if v is not None})
         elif kind == "message_stop":
             self.stopped = True
         elif kind == "error":
-            raise BadResponse(f"the stream reported an error: {event.get('error')}")
+            raise BadResponse(f"the stream reported an error: {shown(event.get('error'))}")
 
     def reply(self, ttft_s: float | None) -> Reply:
         if not self.stopped:
@@ -413,4 +656,5 @@ class AnthropicStream:
         }
         reply = parse_anthropic(raw)
         reply.ttft_s = ttft_s
+        reply.repaired += self.repaired
         return reply

@@ -1,5 +1,6 @@
 """Request and response bodies: orjson, with the standard library for what orjson refuses, so
-that every body reads as the standard library reads it and errors read as before."""
+that every body reads as the standard library reads it; a body that is not JSON is a
+BadResponse."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import math
 
 import pytest
 
-from parley.agents.backends.client import _dumps, _loads
+from parley.agents.backends.client import _dumps
+from parley.agents.backends.formats import BadResponse, load_body
+
+
+def _loads(data: bytes) -> object:
+    value, repaired = load_body(data)
+    assert repaired == 0
+    return value
 
 
 def test_json_bodies_read_as_the_standard_library_reads_them() -> None:
@@ -16,5 +24,7 @@ def test_json_bodies_read_as_the_standard_library_reads_them() -> None:
     assert json.loads(_dumps(body)) == json.loads(json.dumps(body))
     assert _loads(b'{"a": [1, 2.5, null, "\\u00e9"]}') == {"a": [1, 2.5, None, "é"]}
     assert math.isnan(_loads(b'{"x": NaN}')["x"])
-    with pytest.raises(json.JSONDecodeError):
+    with pytest.raises(BadResponse, match="not JSON"):
         _loads(b"<html>not json</html>")
+    # Bytes that are not UTF-8 are read as U+FFFD and counted.
+    assert load_body(b'{"a": "x\xff\xfey"}') == ({"a": "x\ufffd\ufffdy"}, 2)
