@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import reprlib
 from collections.abc import Callable
 
 from pydantic import BaseModel, ValidationError
@@ -69,7 +70,8 @@ def decode(
     max_bytes: int = DEFAULT_MAX_BYTES,
     resolve_image: Callable[[str], bytes | None] | None = None,
 ) -> Message:
-    """Parse a payload into a message, or raise a :class:`CodecError` saying why not.
+    """Parse a payload into a message, or raise a :class:`CodecError` saying why not —
+    whatever the payload holds, nothing else.
 
     ``resolve_image`` fills in images that were sent by reference.
     """
@@ -79,26 +81,35 @@ def decode(
         message = MESSAGE_ADAPTER.validate_json(payload)
     except ValidationError as exc:
         raise _explain(payload, exc) from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise MalformedPayload(f"payload cannot be read: {type(exc).__name__}") from None
     if resolve_image is not None:
         message = _resolve_images(message, resolve_image)
     return message
 
 
+# Values of a payload shown in errors: short, and safe however deep they nest.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 60, 60
+
+
 def _explain(payload: bytes | str, exc: ValidationError) -> CodecError:
     try:
         raw = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as err:
-        return MalformedPayload(f"payload is not JSON: {err}")
+    except RecursionError:
+        return MalformedPayload("payload nests too deep to read")
+    except ValueError as err:  # UnicodeDecodeError is one too
+        return MalformedPayload(f"payload is not JSON: {str(err)[:200]}")
     if not isinstance(raw, dict):
         return MalformedPayload(f"payload is JSON {type(raw).__name__}, expected an object")
     if raw.get("v", WIRE_VERSION) != WIRE_VERSION:
         return UnsupportedVersion(
-            f"wire version {raw.get('v')!r}; this parley speaks version {WIRE_VERSION}"
+            f"wire version {_SHOWN.repr(raw.get('v'))}; this parley speaks version {WIRE_VERSION}"
         )
     kind = raw.get("kind")
-    if kind not in KINDS:
+    if not isinstance(kind, str) or kind not in KINDS:
         return UnknownKind(
-            f"unknown message kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}"
+            f"unknown message kind {_SHOWN.repr(kind)}; known kinds: {', '.join(sorted(KINDS))}"
         )
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first["loc"][1:]) or "message"
