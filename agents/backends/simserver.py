@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter, deque
@@ -100,7 +101,8 @@ class Fault(_Strict):
     eligible; ``models``: only requests for these model names. Kinds: ``rate_limit`` (429 with
     Retry-After), ``overloaded`` (503 with Retry-After), ``server_error`` (500), ``timeout``
     (no answer for ``hang_s``), ``truncated`` (the body stops half-way), ``garbage`` (200 with a
-    body that is not JSON), ``disconnect`` (the connection is closed without an answer).
+    body that is not JSON), ``disconnect`` (the connection is closed without an answer),
+    ``body`` (200 with ``body`` as the JSON answer: valid JSON of the wrong shape).
     """
 
     kind: Literal[
@@ -111,12 +113,14 @@ class Fault(_Strict):
         "truncated",
         "garbage",
         "disconnect",
+        "body",
     ]
     rate: float = Field(default=1.0, ge=0.0, le=1.0)
     first: int | None = Field(default=None, ge=0)
     models: list[str] = Field(default_factory=list)
     retry_after_s: float | None = 1.0
     hang_s: float = Field(default=60.0, ge=0.0)
+    body: Any = None
 
 
 class SimConfig(_Strict):
@@ -138,6 +142,10 @@ def load_sim_config(source: str | Path | dict[str, Any] | None) -> SimConfig:
     if isinstance(source, dict):
         return SimConfig.model_validate(source)
     return SimConfig.model_validate(yaml.safe_load(Path(source).read_text()) or {})
+
+
+def _reply_files(config: SimConfig) -> set[str]:
+    return {r.file for r in (config.replies, *config.models.values()) if r.file}
 
 
 def _read_reply_file(path: str) -> list[str]:
@@ -252,12 +260,24 @@ class SimServer:
         )
 
     async def set_config(self, request: web.Request) -> web.Response:
-        update = await request.json()
-        merged = {**self.config.model_dump(), **update}
         try:
-            config = SimConfig.model_validate(merged)
+            update = await request.json()
+            if not isinstance(update, dict):
+                raise ValueError("expected a JSON object of config fields")
+            config = SimConfig.model_validate({**self.config.model_dump(), **update})
         except ValueError as exc:
             return web.json_response({"error": str(exc)}, status=400)
+        # Any caller may reach this API: it must not make the server read (and then serve)
+        # files of its choosing. Reply files come only from the config the server started with.
+        named = _reply_files(config) - _reply_files(self.config)
+        if named:
+            return web.json_response(
+                {
+                    "error": f"replies.file {sorted(named)[0]!r}: reply files cannot be named "
+                    "through the control API; give them in the --config the server starts with"
+                },
+                status=403,
+            )
         self.configure(config)
         return web.json_response({"ok": True})
 
@@ -307,6 +327,8 @@ class SimServer:
         if fault.kind == "timeout":
             await asyncio.sleep(fault.hang_s)
             return _error(api, 504, "timeout", "simulated hang ended", {})
+        if fault.kind == "body":
+            return web.json_response(fault.body)
         if fault.kind == "garbage":
             if stream:
                 return web.Response(body=b"data: {not json\n\n", content_type="text/event-stream")
@@ -726,8 +748,11 @@ class SimServerProcess:
             method="POST" if data is not None else "GET",
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            return json.loads(resp.read())
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise ValueError(f"sim server refused {path}: {exc.read().decode()}") from None
 
     def configure(self, **fields: Any) -> None:
         """Replace top-level parts of the config (``faults=[...]``, ``models={...}``…)."""

@@ -25,9 +25,7 @@ async def _chat(
     return data["choices"][0]["message"]["content"]
 
 
-async def test_reply_modes(sim: SimServerProcess, tmp_path: Path) -> None:
-    replies = tmp_path / "replies.txt"
-    replies.write_text("first block\n---\nsecond block\nwith two lines\n")
+async def test_reply_modes(sim: SimServerProcess) -> None:
     sim.configure(
         replies={"text": "default"},
         models={
@@ -37,7 +35,6 @@ async def test_reply_modes(sim: SimServerProcess, tmp_path: Path) -> None:
             },
             "turns": {"turns": ["zero", "one"]},
             "cycle": {"cycle": ["a", "b"]},
-            "file": {"file": str(replies)},
         },
     )
     url = sim.url
@@ -57,14 +54,10 @@ async def test_reply_modes(sim: SimServerProcess, tmp_path: Path) -> None:
         many = [("user", "x"), ("assistant", "a")] * 5 + [("user", "z")]
         assert await _chat(s, url, "turns", *many) == "one"  # the last one repeats
         assert [await _chat(s, url, "cycle", ("user", "x")) for _ in range(3)] == ["a", "b", "a"]
-        assert [await _chat(s, url, "file", ("user", "x")) for _ in range(2)] == [
-            "first block",
-            "second block\nwith two lines",
-        ]
         assert await _chat(s, url, "unknown-model", ("user", "x")) == "default"
         async with s.get(f"{url}/v1/models") as r:
             ids = [m["id"] for m in (await r.json())["data"]]
-        assert ids == ["cycle", "file", "rules", "turns"]
+        assert ids == ["cycle", "rules", "turns"]
         async with s.get(f"{url}/health") as r:
             assert r.status == 200
         async with s.post(f"{url}/v1/chat/completions", data=b"{broken") as r:
@@ -86,3 +79,29 @@ async def test_latency_model_queues_beyond_max_seqs(sim: SimServerProcess) -> No
     assert 1.15 <= took <= 2.0
     stats = sim.stats()
     assert stats["peak_in_flight"] == 6 and stats["peak_queued"] == 4
+
+
+async def test_reply_files_come_only_from_the_startup_config(tmp_path: Path) -> None:
+    """A reply file given when the server starts is served; the control API, open to any
+    caller, cannot make it read another file (/etc/passwd was served this way once)."""
+    replies = tmp_path / "replies.txt"
+    replies.write_text("first block\n---\nsecond block\nwith two lines\n")
+    with SimServerProcess({"models": {"file": {"file": str(replies)}}}) as server:
+        async with aiohttp.ClientSession() as s:
+            assert [await _chat(s, server.url, "file", ("user", "x")) for _ in range(2)] == [
+                "first block",
+                "second block\nwith two lines",
+            ]
+            for update in (
+                {"replies": {"file": "/etc/passwd"}},
+                {"models": {"file": {"file": str(replies)}, "x": {"file": "/etc/passwd"}}},
+            ):
+                async with s.post(f"{server.url}/sim/config", json=update) as r:
+                    assert r.status == 403
+                    assert "/etc/passwd" in (await r.json())["error"]
+            assert await _chat(s, server.url, "other", ("user", "x")) == "OK"
+            # Changing other parts keeps the file it started with.
+            server.configure(models={"file": {"file": str(replies)}}, seed=3)
+            assert await _chat(s, server.url, "file", ("user", "x")) == "first block"
+            async with s.post(f"{server.url}/sim/config", data=b"[1, 2]") as r:
+                assert r.status == 400
