@@ -236,6 +236,12 @@ class Bus(ABC):
         on) — for messages between actors that all live here.
         """
 
+    def outage_s(self) -> float:
+        """Seconds this bus has spent cut off from its broker so far, the current outage
+        included (0 for a transport without one). Episode timeouts do not count this time: a
+        broker outage is not the players' fault."""
+        return 0.0
+
     async def publish_raw(self, topic: str, payload: bytes | str, *, qos: int = 1) -> None:
         """Publish an encoded payload as a foreign client would; malformed ones are counted."""
         topics.check_topic(topic)

@@ -224,6 +224,10 @@ class MqttBus(Bus):
         self._generation = 0
         self._ever_connected = False
         self._connected = asyncio.Event()
+        # Time spent disconnected after the first connection: ended outages, and the start of
+        # the current one (loop.time()).
+        self._outage_total = 0.0
+        self._down_since: float | None = None
         self._runner: asyncio.Task[None] | None = None
         self._reader: asyncio.Task[None] | None = None
         self._closing: asyncio.Future[None] | None = None
@@ -284,6 +288,11 @@ class MqttBus(Bus):
     @property
     def url(self) -> str:
         return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+
+    def outage_s(self) -> float:
+        down = self._down_since
+        now = asyncio.get_running_loop().time() if down is not None else 0.0
+        return self._outage_total + (now - down if down is not None else 0.0)
 
     @property
     def connected(self) -> bool:
@@ -846,6 +855,9 @@ class MqttBus(Bus):
         self._inflight = 0
         self._unsent = deque(self._pending)
         self._pump()
+        if self._down_since is not None:
+            self._outage_total += asyncio.get_running_loop().time() - self._down_since
+            self._down_since = None
         self._connected.set()
         disconnected = mqtt_adapter.disconnected(conn.client)
         try:
@@ -859,6 +871,8 @@ class MqttBus(Bus):
         finally:
             self._conn = None
             self._connected.clear()
+            if not self.closed:
+                self._down_since = asyncio.get_running_loop().time()
             for task in list(conn.tasks):
                 task.cancel()
             if disconnected.done():

@@ -74,6 +74,9 @@ class TracedBus(Bus):
     def subscribe(self, topic_filter: str, **options: Any) -> Subscription:
         return self.inner.subscribe(topic_filter, **options)
 
+    def outage_s(self) -> float:
+        return self.inner.outage_s()
+
     async def deliver_local(self, topic: str, message: Message) -> None:
         await self.inner.deliver_local(topic, message)
 

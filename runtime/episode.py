@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -32,17 +33,14 @@ from parley.environments import registry
 from parley.environments.base import Event, GameMaster, Observation, ReasonCode, Scores
 from parley.memory import HistoryPolicy
 from parley.observability import tracing
+from parley.records import RECORD_SCHEMA  # the record shape; readers upgrade older ones
 from parley.runtime.actor import Actor, ActorHost
 from parley.runtime.experiment import EpisodeSpec
 from parley.runtime.players import make_policy
 from parley.tokens import count_tokens
 
+log = logging.getLogger("parley.runtime.episode")
 MAX_REPLY_CHARS = 100_000
-# The shape of an ``episodes.jsonl`` record. 1 (no ``schema`` key): the main score was
-# ``scores["main"]`` and there was no reason code; 2: ``main_score``, ``reason_code`` and
-# ``results`` (per role) beside ``scores``. Readers upgrade older records
-# (``parley.runtime.results.upgrade``).
-RECORD_SCHEMA = 2
 
 
 @dataclass
@@ -71,7 +69,7 @@ class EpisodeResult:
     reason_code: str | None = None  # a ReasonCode value
     main_score: float | None = None
     scores: dict[str, float | None] = field(default_factory=dict)  # the others, by name
-    results: dict[str, str] = field(default_factory=dict)  # role -> win/loss/draw
+    role_results: dict[str, str] = field(default_factory=dict)  # role -> win/loss/draw
     turns: int = 0
     started_at: float = 0.0
     finished_at: float = 0.0
@@ -99,7 +97,7 @@ class EpisodeResult:
             "reason_code": self.reason_code,
             "main_score": self.main_score,
             "scores": self.scores,
-            "results": self.results,
+            "role_results": self.role_results,
             "turns": self.turns,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
@@ -228,7 +226,7 @@ class EpisodeRunner:
             try:
                 await self._start()
                 if not self.done.done():
-                    await asyncio.wait_for(asyncio.shield(self.done), self.options.timeout_s)
+                    await self._until_done(self.options.timeout_s)
             except TimeoutError:
                 self.fail(
                     f"episode timed out after {self.options.timeout_s} s",
@@ -247,6 +245,29 @@ class EpisodeRunner:
             await self._publish_finished()
             span.end()
         return self.result
+
+    async def _until_done(self, timeout_s: float | None) -> None:
+        """Wait for the episode's end, for at most ``timeout_s`` of time the bus was up.
+
+        While the bus is cut off from its broker the episode cannot go on, through no fault of
+        its players, so that time does not count: the deadline moves by each outage, and the
+        episode goes on once the broker is back. ``TimeoutError`` when it runs out."""
+        if timeout_s is None:
+            await asyncio.shield(self.done)
+            return
+        loop = asyncio.get_running_loop()
+        started, outage_before = loop.time(), self.bus.outage_s()
+        remaining = timeout_s
+        while True:
+            try:
+                await asyncio.wait_for(asyncio.shield(self.done), remaining)
+                return
+            except TimeoutError:
+                outage = self.bus.outage_s() - outage_before
+                remaining = timeout_s - (loop.time() - started - outage)
+                if remaining <= 0:
+                    raise
+                log.info("episode %s: deadline moved by a %.1f s bus outage", self.spec.id, outage)
 
     async def _gm_call(self, fn: Any, *args: Any) -> Any:
         """Call into the game (instance, game master); in a worker thread when the game asks
@@ -332,7 +353,7 @@ class EpisodeRunner:
             scores = Scores.of(self.gm.scores())
             result.main_score = scores.main
             result.scores = dict(scores)
-            result.results = dict(self.gm.results)
+            result.role_results = dict(self.gm.role_results)
         self.done.set_result(None)
 
     async def _publish_finished(self) -> None:
@@ -347,7 +368,7 @@ class EpisodeRunner:
             reason=self.result.reason,
             reason_code=self.result.reason_code,
             main_score=self.result.main_score,
-            results=self.result.results,
+            role_results=self.result.role_results,
         )
         self.result.transcript.append(finished)
         # The record is what counts; observers may miss this one if the bus fails.
