@@ -134,13 +134,8 @@ class ChessPosition(Position):
         return {"fen": root.fen(), "moves": [m.uci() for m in self.board.move_stack]}
 
     def view(self) -> dict[str, Any]:
-        last = self.board.peek().uci() if self.board.move_stack else None
-        return {
-            "board": self.matrix(),
-            "to_move": self.to_move(),
-            "fen": self.board.fen(),
-            "last_move": last,
-        }
+        # Only what the text and picture show (no last move: neither draws it).
+        return {"board": self.matrix(), "to_move": self.to_move(), "fen": self.board.fen()}
 
     def status_lines(self) -> list[str]:
         board = self.board
