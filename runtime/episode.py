@@ -504,7 +504,8 @@ class EpisodeRunner:
             self._count_calls(role, response.calls)
 
     def _count_calls(self, role: str, calls: list[dict[str, Any]]) -> None:
-        """Per role: model requests, attempts, retries by cause, time spent in calls."""
+        """Per role: model requests, attempts, retries by cause, time spent in calls, and
+        (when there were any) characters repaired in replies and replies cut."""
         stats = self.result.model_calls.setdefault(
             role, {"requests": 0, "attempts": 0, "retries": {}, "call_s": 0.0}
         )
@@ -515,6 +516,11 @@ class EpisodeRunner:
             if outcome != "ok":
                 stats["retries"][outcome] = stats["retries"].get(outcome, 0) + 1
             stats["call_s"] = round(stats["call_s"] + float(call.get("latency_s") or 0.0), 4)
+            # Replies that were not valid text, or too long (agents/backends/formats.py).
+            if call.get("repaired"):
+                stats["repaired"] = stats.get("repaired", 0) + int(call["repaired"])
+            if call.get("cut"):
+                stats["cut"] = stats.get("cut", 0) + 1
 
     def _note(self, text: str) -> TranscriptEvent:
         return TranscriptEvent(
