@@ -26,6 +26,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
     config = load_config(args.config, overrides)
     out = Path(args.out) if args.out else Path("runs") / config.name
+    # A broker that is down or refuses us: one line, before the run folder is made.
+    problem = event_loop.run(bus_problem(args.bus or config.bus))
+    if problem is not None:
+        console.print(f"[red]{problem}[/]", highlight=False, soft_wrap=True)
+        return 1
     state: dict[str, Scheduler] = {}
 
     def status() -> Table:
@@ -114,6 +119,40 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         return 130
     return 0
+
+
+async def bus_problem(url: str, timeout_s: float = 10.0) -> str | None:
+    """Why the bus at ``url`` cannot be used, in one line naming the URL (its password
+    masked) and the cause; ``None`` when it can (a local bus always can)."""
+    from parley import bus as bus_module
+    from parley.bus.mqtt import MqttBus, MqttConnectError
+    from parley.runtime.config import masked_url
+
+    shown = masked_url(url)
+    try:
+        bus = bus_module.connect(url)
+    except ValueError as exc:
+        return f"bus {shown}: {str(exc).replace(url, shown)}"
+    if not isinstance(bus, MqttBus):
+        return None
+    try:
+        # A refused or unknown address fails at once here; the MQTT client would retry it
+        # until its connect timeout.
+        _, writer = await asyncio.wait_for(asyncio.open_connection(bus.host, bus.port), timeout_s)
+        writer.close()
+    except ConnectionRefusedError:
+        return f"cannot reach the broker at {shown}: connection refused (is it running?)"
+    except TimeoutError:
+        return f"cannot reach the broker at {shown}: no answer in {timeout_s:g} s"
+    except OSError as exc:
+        return f"cannot reach the broker at {shown}: {exc.strerror or exc}"
+    try:
+        await bus.start(timeout_s)
+    except MqttConnectError as exc:
+        return f"cannot connect to the broker at {shown}: {exc}"
+    finally:
+        await bus.close()
+    return None
 
 
 def _cmd_instances(args: argparse.Namespace) -> int:

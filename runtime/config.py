@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -135,7 +137,7 @@ class TracingConfig(Strict):
 class ExperimentConfig(Strict):
     """A whole run: games × instances × pairings × repetitions, and how to run them."""
 
-    name: str = Field(default="run", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    name: str = "run"  # names the run folder, runs/<name>: see run_name
     games: list[GameBlock] = Field(min_length=1)
     concurrency: int = Field(default=64, ge=1, le=100_000)
     # Processes that play the episodes: 1 plays them in this process; N (or "auto", one per
@@ -150,6 +152,11 @@ class ExperimentConfig(Strict):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     # The model registry: name -> how to reach and ask the model (agents/backends/spec.py).
     models: dict[str, ModelSpec] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _run_name(cls, value: str) -> str:
+        return run_name(value)
 
     @field_validator("workers", mode="before")
     @classmethod
@@ -166,6 +173,52 @@ class ExperimentConfig(Strict):
             if name in BUILTIN_PLAYERS:
                 raise ValueError(f"models.{name}: {name!r} is a built-in player; pick another name")
         return self
+
+
+_RUN_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+def run_name(value: str) -> str:
+    """A run's name, which names its folder ``runs/<name>``: one folder name, never a path
+    out of ``runs/`` (no ``/``, not ``.`` or ``..``)."""
+    if not _RUN_NAME.match(value) or value.strip(".") == "":
+        raise ValueError(
+            "a run name is one folder name under runs/: 1 to 64 letters, digits, _ . or -, "
+            "not only dots (no /, not . or ..)"
+        )
+    return value
+
+
+MASK = "***"
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password (``scheme://user:password@host``) masked, for files and logs.
+
+    >>> masked_url("mqtt://bob:s3cret@broker:1883")
+    'mqtt://bob:***@broker:1883'
+    """
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+    except ValueError:  # not a URL at all: nothing to mask, and a bad port
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
+
+
+def redacted(config: ExperimentConfig) -> dict[str, Any]:
+    """The config as written to a run folder's ``config.yaml``: header values (an
+    ``Authorization`` header is a key) and passwords in URLs masked. API keys are never in a
+    config (``api_key_env`` names a variable)."""
+    data = config.model_dump(mode="json")
+    data["bus"] = masked_url(data["bus"])
+    for spec in data.get("models", {}).values():
+        spec["headers"] = {name: MASK for name in spec.get("headers") or {}}
+        spec["base_urls"] = [masked_url(u) for u in spec.get("base_urls") or []]
+    return data
 
 
 def _describe(error: dict[str, Any]) -> str:

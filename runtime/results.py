@@ -16,7 +16,7 @@ import yaml
 from parley.bus.codec import encode
 from parley.event_loop import Pacer
 from parley.observability import tracing
-from parley.runtime.config import ConfigError, ExperimentConfig
+from parley.runtime.config import ConfigError, ExperimentConfig, redacted
 from parley.runtime.episode import RECORD_SCHEMA, EpisodeResult
 
 FINISHED = ("success", "lost", "aborted", "error")
@@ -125,7 +125,8 @@ class RunFolder:
         meta["planned"] = planned
         meta_file.write_text(json.dumps(meta, indent=2))
         (folder.path / "config.yaml").write_text(
-            yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False)
+            # Secrets masked: the folder is shared with the results (runtime/config.py).
+            yaml.safe_dump(redacted(config), sort_keys=False)
         )
         folder.images.mkdir(exist_ok=True)
         folder._known_images = {p.stem for p in folder.images.glob("*.png")}
