@@ -212,7 +212,7 @@ class EpisodeFinished(Envelope):
     # A ReasonCode value, the declared main score and per-role results (docs/runtime.md).
     reason_code: str | None = None
     main_score: float | None = None
-    results: dict[str, str] = Field(default_factory=dict)
+    role_results: dict[str, str] = Field(default_factory=dict)
 
 
 class Control(Envelope):

@@ -52,7 +52,7 @@ class ReasonCode(StrEnum):
 
     SOLVED = "solved"  # the goal reached: puzzle solved, target picked, answer right
     FAILED = "failed"  # the game ended without reaching it: a wrong answer, a wrong pick
-    GAME_OVER = "game_over"  # a competitive game ended by its rules; who won is in ``results``
+    GAME_OVER = "game_over"  # a competitive game ended by its rules; who won is in ``role_results``
     TURN_LIMIT = "turn_limit"  # the limit on turns or moves was reached
     MISTAKE_LIMIT = "mistake_limit"  # too many mistakes or invalid replies
     PARSE_ERROR = "parse_error"  # a reply could not be read (format)
@@ -189,7 +189,7 @@ class GameMaster(ABC):
         self.reason = ""
         self.reason_code: ReasonCode | None = None
         # Competitive games: each role's result (win, loss, draw), set by :meth:`end`.
-        self.results: dict[str, RoleResult] = {}
+        self.role_results: dict[str, RoleResult] = {}
         self.replies = 0
         self._inbox: dict[str, list[Message]] = {role: [] for role in self.roles}
         self._feedback: dict[str, str | None] = dict.fromkeys(self.roles)
@@ -335,11 +335,11 @@ class GameMaster(ABC):
         self.reason = reason
         self.reason_code = ReasonCode(code) if code is not None else DEFAULT_CODES[outcome]
         if draw:
-            self.results = dict.fromkeys(self.roles, "draw")
+            self.role_results = dict.fromkeys(self.roles, "draw")
         elif winner is not None:
             if winner not in self.roles:
                 raise ValueError(f"winner {winner!r} is not a role; roles: {self.roles}")
-            self.results = {r: "win" if r == winner else "loss" for r in self.roles}
+            self.role_results = {r: "win" if r == winner else "loss" for r in self.roles}
 
 
 @dataclass

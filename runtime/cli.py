@@ -7,6 +7,7 @@ import asyncio
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
@@ -159,6 +160,7 @@ def _cmd_instances(args: argparse.Namespace) -> int:
     import yaml
 
     from parley.environments import registry
+    from parley.runtime.config import settings_problems
     from parley.runtime.experiment import write_instances
 
     try:
@@ -166,14 +168,16 @@ def _cmd_instances(args: argparse.Namespace) -> int:
     except KeyError as exc:
         console.print(f"[red]{exc.args[0]}[/]")
         return 2
-    settings = dict(info.default_settings)
+    values: dict[str, Any] = {}
     for item in args.set:
         key, _, value = item.partition("=")
-        if key not in settings:
-            known = ", ".join(settings) or "none"
-            console.print(f"[red]{key!r} is not a setting of {args.game}; settings: {known}[/]")
-            return 2
-        settings[key] = yaml.safe_load(value)
+        values[key] = yaml.safe_load(value)
+    assert info.settings is not None
+    problems = settings_problems(args.game, info.settings, values, "--set")
+    if problems:
+        console.print(f"[red]{ConfigError(problems)}[/]")
+        return 2
+    settings = info.resolve_settings(values)
     seeds = range(args.start, args.start + args.count)
     write_instances(args.out, [info.instance(seed, settings) for seed in seeds])
     console.print(f"wrote {args.count} {args.game} instances to {args.out}")

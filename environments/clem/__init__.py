@@ -37,7 +37,7 @@ register(
             "guesser": {"scripted": reference.scripted_guesser, "random": reference.random_guesser},
         },
         description="Reference game: describe the target of three pictures; the partner picks it",
-        default_settings={"variant": "image", "set": "grids_letters", "dataset_dir": ""},
+        settings=reference.ReferenceSettings,
         text_settings=TEXT,
     )
 )
@@ -54,13 +54,7 @@ register(
             for role in ("player_a", "player_b")
         },
         description="MatchIt: two players, one picture each; same or different?",
-        default_settings={
-            "variant": "image",
-            "set": "grids",
-            "pair": "same",
-            "pairs_file": "",
-            "decision_turn": 2,
-        },
+        settings=matchit.MatchItSettings,
         text_settings=TEXT,
     )
 )
@@ -87,7 +81,7 @@ register(
         instance=_ee,
         players=NAVIGATOR,
         description="MapWorld EE: visit every room of a map, then say DONE",
-        default_settings={"variant": "image", "rooms": 6, "cycle": False, "max_turns": 20},
+        settings=mapworld.ExploreSettings,
         text_settings=TEXT,
     )
 )
@@ -101,7 +95,7 @@ register(
         instance=mapworld.g2x_instance,
         players=NAVIGATOR,
         description="MapWorld G2X: find the room of a given kind and stop there",
-        default_settings={"variant": "image", "distance": "close", "rooms": 8, "max_turns": 20},
+        settings=mapworld.GoToSettings,
         text_settings=TEXT,
     )
 )
@@ -115,13 +109,7 @@ register(
         instance=_eegr,
         players=NAVIGATOR,
         description="MapWorld EE-gr: explore every room and report the explored map as a graph",
-        default_settings={
-            "variant": "image",
-            "rooms": 6,
-            "cycle": False,
-            "max_turns": 20,
-            "ged_timeout_s": 2.0,
-        },
+        settings=mapworld.ExploreGraphSettings,
         text_settings=TEXT,
     )
 )

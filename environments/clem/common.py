@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from parley.environments.base import GameMaster, Outcome
+from parley.environments.base import GameMaster, Outcome, ReasonCode, Scores
 
 ORDINALS = ("first", "second", "third")
 
@@ -23,31 +23,23 @@ def seeded(seed: int, salt: str) -> random.Random:
     return random.Random(f"{salt}:{seed}")
 
 
-def episode_scores(
-    outcome: Outcome | None, main: float | None, **extra: float | None
-) -> dict[str, float | None]:
-    """clembench's episode scores: ``aborted``, ``played``, ``success``, ``lose``, ``main``.
+def episode_scores(outcome: Outcome | None, main: float | None, **extra: float | None) -> Scores:
+    """clembench's episode scores: ``main``, and ``aborted``, ``played``, ``success``, ``lose``.
 
     An aborted (or unfinished) episode gets ``main = None`` and no success/lose, so the quality
     average counts played episodes only; game-specific ``extra`` scores are set to None as well.
     """
     if outcome in (None, "aborted"):
-        scores: dict[str, float | None] = {
-            "aborted": 1.0,
-            "played": 0.0,
-            "success": None,
-            "lose": None,
-            "main": None,
-        }
-        scores.update(dict.fromkeys(extra))
-        return scores
-    scores = {
-        "aborted": 0.0,
-        "played": 1.0,
-        "success": 1.0 if outcome == "success" else 0.0,
-        "lose": 0.0 if outcome == "success" else 1.0,
-        "main": None if main is None else float(main),
-    }
+        aborted = Scores(None, aborted=1.0, played=0.0, success=None, lose=None)
+        aborted.update(dict.fromkeys(extra))
+        return aborted
+    scores = Scores(
+        None if main is None else float(main),
+        aborted=0.0,
+        played=1.0,
+        success=1.0 if outcome == "success" else 0.0,
+        lose=0.0 if outcome == "success" else 1.0,
+    )
     scores.update({k: None if v is None else float(v) for k, v in extra.items()})
     return scores
 
@@ -63,7 +55,7 @@ class ClemGameMaster(GameMaster):
             raise ValueError(f"variant must be 'image' or 'text', not {self.variant!r}")
         self.requests = 0
         self.violated = 0
-        self._scores: dict[str, float | None] | None = None
+        self._scores: Scores | None = None
 
     def on_reply(self, role: str, text: str) -> None:
         self.requests += 1
@@ -72,7 +64,7 @@ class ClemGameMaster(GameMaster):
     def abort(self, role: str, reason: str) -> None:
         """A reply broke the format: clembench aborts the episode."""
         self.violated += 1
-        self.violation(role, reason, abort=True)
+        self.violation(role, reason, abort=True, code=ReasonCode.PARSE_ERROR)
 
     def request_scores(self) -> dict[str, float]:
         return {
@@ -81,14 +73,15 @@ class ClemGameMaster(GameMaster):
             "violated_request_count": float(self.violated),
         }
 
-    def episode_scores(self) -> dict[str, float | None]:
+    def episode_scores(self) -> Scores:
         """The game's scores (called once the episode is over)."""
         raise NotImplementedError
 
-    def scores(self) -> dict[str, float | None]:
+    def scores(self) -> Scores:
         if self._scores is None or self.outcome is None:
-            scores = {**self.episode_scores(), **self.request_scores()}
+            episode = self.episode_scores()
+            scores = Scores(episode.main, **episode, **self.request_scores())
             if self.outcome is None:
                 return scores
             self._scores = scores
-        return dict(self._scores)
+        return Scores(self._scores.main, **self._scores)

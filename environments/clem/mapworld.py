@@ -26,12 +26,13 @@ import math
 import random
 import re
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import networkx as nx
 from PIL import Image, ImageDraw
+from pydantic import Field
 
-from parley.environments.base import Observation, View
+from parley.environments.base import Observation, ReasonCode, Scores, VariantSettings, View
 from parley.environments.clem import rooms
 from parley.environments.clem.common import ClemGameMaster, episode_scores, seeded
 from parley.environments.clem.images import render
@@ -44,6 +45,31 @@ GRID = 4
 MAX_TURNS = 20
 # G2X distances from start to target: the paper's zero (clembench: "on"), close and far.
 DISTANCES = {"zero": (0,), "on": (0,), "close": (1, 2), "far": (3, 4)}
+
+
+class ExploreSettings(VariantSettings):
+    """EE: a map of ``rooms`` rooms (with a ``cycle``, without, or either when null), at most
+    ``max_turns`` moves."""
+
+    rooms: int = Field(6, ge=2, le=GRID * GRID)
+    cycle: bool | None = False
+    max_turns: int = Field(MAX_TURNS, ge=1)
+
+
+class ExploreGraphSettings(ExploreSettings):
+    """EE-gr: as EE, and ``ged_timeout_s`` for the graph edit distance of the reported map."""
+
+    ged_timeout_s: float = Field(2.0, gt=0)
+
+
+class GoToSettings(VariantSettings):
+    """G2X: a map of ``rooms`` rooms, the target at a ``distance`` from the start."""
+
+    distance: Literal[tuple(DISTANCES)] = "close"  # type: ignore[valid-type]
+    rooms: int = Field(8, ge=2, le=GRID * GRID)
+    max_turns: int = Field(MAX_TURNS, ge=1)
+
+
 GM = "game master"
 
 
@@ -503,7 +529,9 @@ class MapWorldGame(ClemGameMaster):
         self.note("move", old=list(old), new=list(self.current), direction=direction, valid=moved)
         if self.turns >= self.max_turns:
             # clembench: reaching the turn limit without DONE counts as aborted.
-            self.end("aborted", f"no DONE within {self.max_turns} turns")
+            self.end(
+                "aborted", f"no DONE within {self.max_turns} turns", code=ReasonCode.TURN_LIMIT
+            )
             return
         self._tell(self._message(moved=moved))
 
@@ -523,7 +551,7 @@ class MapWorldGame(ClemGameMaster):
 
     # Scores ---------------------------------------------------------------------------------------
 
-    def episode_scores(self) -> dict[str, float | None]:
+    def episode_scores(self) -> Scores:
         start: Pos = tuple(self.instance["start"])  # type: ignore[assignment]
         ee = exploration_scores(self.graph, start, self.moves)
         if self.mode == "g2x":

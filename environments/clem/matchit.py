@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+from typing import Any, Literal
 
-from parley.environments.base import Observation, View
+from pydantic import Field, model_validator
+
+from parley.environments.base import Observation, Scores, VariantSettings, View
 from parley.environments.clem import grids, images, pentomino, photos, scenes
 from parley.environments.clem.common import ClemGameMaster, episode_scores, seeded
 
@@ -36,6 +38,27 @@ PAIRS = {
     "pentomino": ("same", "similar", "different"),
     "photos": ("same", "similar", "different"),
 }
+
+
+class MatchItSettings(VariantSettings):
+    """``set`` and ``pair`` (the pair kinds a set has: ``PAIRS``); ``pairs_file``: Visual
+    Genome pairs for the photo set (empty: synthetic scenes); ``decision_turn``: the turn at
+    which the players decide."""
+
+    set: Literal[tuple(PAIRS)] = "grids"  # type: ignore[valid-type]
+    pair: str = "same"
+    pairs_file: str = ""
+    decision_turn: int = Field(2, ge=1)
+
+    @model_validator(mode="after")
+    def _pair_of_set(self) -> MatchItSettings:
+        if self.pair not in PAIRS[self.set]:
+            raise ValueError(f"set {self.set!r} has pairs {', '.join(PAIRS[self.set])}")
+        if self.variant == "text" and self.set != "grids":
+            raise ValueError("the text variant of MatchIt uses grids (set: grids)")
+        return self
+
+
 DECISION_RE = re.compile(r"^DECISION:\s*(same images?|different images?)\.?$", re.IGNORECASE)
 
 
@@ -252,7 +275,7 @@ class MatchItGame(ClemGameMaster):
                 "both decided correctly" if both else "a wrong decision",
             )
 
-    def episode_scores(self) -> dict[str, float | None]:
+    def episode_scores(self) -> Scores:
         a, b = self.decisions.get("player_a", False), self.decisions.get("player_b", False)
         both = 100.0 if a and b else 0.0
         return episode_scores(self.outcome, both, player_score=50.0 * (a + b))

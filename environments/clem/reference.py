@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import random
 import re
-from typing import Any
+from typing import Any, Literal
 
-from parley.environments.base import Observation, View
+from pydantic import model_validator
+
+from parley.environments.base import Observation, Scores, VariantSettings, View
 from parley.environments.clem import grids, images, pentomino, photos
 from parley.environments.clem.common import ORDINALS, ClemGameMaster, episode_scores, seeded
 
@@ -40,6 +42,23 @@ PHOTO_SETS = {
 }
 SETS = (*GRID_SETS, "pentomino", *PHOTO_SETS)
 TEXT_SETS = tuple(GRID_SETS)
+
+
+class ReferenceSettings(VariantSettings):
+    """``set``: the stimuli (the text variant takes the grid sets); ``dataset_dir``: a folder
+    of the photo sets' images (empty: generated stand-ins)."""
+
+    set: Literal[SETS] = "grids_letters"  # type: ignore[valid-type]
+    dataset_dir: str = ""
+
+    @model_validator(mode="after")
+    def _text_sets(self) -> ReferenceSettings:
+        if self.variant == "text" and self.set not in TEXT_SETS:
+            raise ValueError(
+                f"set {self.set!r} has pictures only; the text variant takes {', '.join(TEXT_SETS)}"
+            )
+        return self
+
 
 EXPRESSION_RE = re.compile(r"^expression:\s*(?P<content>\S.*)$", re.IGNORECASE)
 ANSWER_RE = re.compile(
@@ -203,7 +222,7 @@ class ReferenceGame(ClemGameMaster):
             )
             return
         self.answer = ANSWER_INDEX[match.group("answer").lower()]
-        if self.answer == self.target:
+        if self.answer == self.target:  # the defaults: solved / failed
             self.end("success", "the guesser picked the target")
         else:
             self.end(
@@ -211,7 +230,7 @@ class ReferenceGame(ClemGameMaster):
                 f"the guesser picked the {ORDINALS[self.answer]}, the target was the {ORDINALS[self.target]}",
             )
 
-    def episode_scores(self) -> dict[str, float | None]:
+    def episode_scores(self) -> Scores:
         success = self.outcome == "success"
         expression = self.expression or ""
         return episode_scores(

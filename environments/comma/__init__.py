@@ -22,11 +22,9 @@ from parley.environments.comma import (
     who,
     wire,
 )
-from parley.environments.comma.base import CommaGameMaster, Puzzle
+from parley.environments.comma.base import CommaGameMaster, CommaSettings, Puzzle
 from parley.environments.comma.talk import random_solver
 from parley.environments.registry import GameInfo, register, renders_pictures
-
-LOOP_SETTINGS: dict[str, Any] = {"max_turns": 10, "max_mistakes": 3, "variant": "image"}
 
 
 def register_puzzle(
@@ -47,7 +45,7 @@ def register_puzzle(
             instance=instance,
             players=players,
             description=description,
-            default_settings={**LOOP_SETTINGS, **puzzle.settings},
+            settings=puzzle.settings,
             text_settings={"variant": "text"},
             check_settings=puzzle.check_settings,
             # Observations render PNGs inside the game master: keep that off the event loop.
@@ -100,4 +98,4 @@ for _module, _puzzle, _description in PUZZLES.values():
         _description,
     )
 
-__all__ = ["PUZZLES", "CommaGameMaster", "Puzzle", "register_puzzle"]
+__all__ = ["PUZZLES", "CommaGameMaster", "CommaSettings", "Puzzle", "register_puzzle"]

@@ -8,7 +8,17 @@ import random
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from parley.environments.base import GameMaster, Observation, Outcome, StepResult
+from pydantic import Field
+
+from parley.environments.base import (
+    GameMaster,
+    Observation,
+    Outcome,
+    ReasonCode,
+    Scores,
+    StepResult,
+    VariantSettings,
+)
 from parley.environments.parsing import action_lines
 
 SOLVER_SYSTEM = """\
@@ -41,6 +51,14 @@ PRIVACY_NOTE = (
 )
 
 
+class CommaSettings(VariantSettings):
+    """The loop's settings, every puzzle's: ``max_turns`` solver turns and ``max_mistakes``
+    mistakes before the episode is lost; ``variant`` ``image`` or ``text``."""
+
+    max_turns: int = Field(10, ge=1)
+    max_mistakes: int = Field(3, ge=1)
+
+
 class Puzzle(ABC):
     """One COMMA puzzle as an environment for the solver: seeded, pure, rendered with Pillow.
 
@@ -54,8 +72,8 @@ class Puzzle(ABC):
     multi_step: ClassVar[bool] = False
     # What the controls do, as anyone looking at the puzzle would see (not the manual's rules).
     controls: ClassVar[str] = ""
-    # Settings of this puzzle beyond the loop's own (max_turns, max_mistakes, variant).
-    settings: ClassVar[dict[str, Any]] = {}
+    # The puzzle's settings model: the loop's own, and any of the puzzle's (a subclass).
+    settings: ClassVar[type[CommaSettings]] = CommaSettings
 
     def __init__(self) -> None:
         self.instance: dict[str, Any] = {}
@@ -207,7 +225,9 @@ class CommaGameMaster(GameMaster):
             # with anything private (PIN keys) hidden by the puzzle.
             self.say("solver", "expert", "\n".join(heard))
         if self.outcome is None and self.turn >= self.max_turns:
-            self.end("lost", f"no solution within {self.max_turns} turns")
+            self.end(
+                "lost", f"no solution within {self.max_turns} turns", code=ReasonCode.TURN_LIMIT
+            )
         self._next = "expert"
 
     def _act(self, actions: list[str]) -> list[str]:
@@ -227,12 +247,12 @@ class CommaGameMaster(GameMaster):
                 self.mistakes += 1
                 stop = True
                 if self.mistakes >= self.max_mistakes:
-                    self.end("lost", f"{self.mistakes} mistakes")
+                    self.end("lost", f"{self.mistakes} mistakes", code=ReasonCode.MISTAKE_LIMIT)
                 elif i + 1 < len(actions):
                     skipped = ", ".join(actions[i + 1 :])
                     self.give_feedback("solver", f"not carried out after the mistake: {skipped}")
             elif self.puzzle.done:
-                self.end("success", "puzzle solved")
+                self.end("success", "puzzle solved", code=ReasonCode.SOLVED)
                 stop = True
             if stop:
                 # The rest was written but not done; the expert still hears it (hidden as needed).
@@ -240,16 +260,16 @@ class CommaGameMaster(GameMaster):
                 break
         return heard
 
-    def scores(self) -> dict[str, float | None]:
+    def scores(self) -> Scores:
         base = self.puzzle.score()
         psr = base["psr"] or 0.0
-        return {
+        return Scores(
+            main=100.0 * psr,
             **base,
-            "main": 100.0 * psr,
-            "mistakes": float(self.mistakes),
-            "conversation_length": float((self.messages["solver"] + self.messages["expert"]) // 2),
-            "turns": float(self.turn),
-        }
+            mistakes=float(self.mistakes),
+            conversation_length=float((self.messages["solver"] + self.messages["expert"]) // 2),
+            turns=float(self.turn),
+        )
 
 
 def seeded(seed: int, salt: str) -> random.Random:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from PIL import Image, ImageDraw, ImageFilter
 
 from parley.environments.base import StepResult, View
-from parley.environments.comma.base import Puzzle, seeded
+from parley.environments.comma.base import CommaSettings, Puzzle, seeded
 from parley.environments.comma.pad_ufes import DIAGNOSES, PadRecord, load_pad_ufes
 from parley.environments.comma.talk import ACKNOWLEDGE, latest_instruction, looks_like_actions
 from parley.environments.render import canvas, label, png
@@ -490,6 +490,12 @@ def draw_lesion(
     return image
 
 
+class TelehealthSettings(CommaSettings):
+    """``pad_ufes_dir``: a PAD-UFES-20 folder to draw lesions from (null: synthetic ones)."""
+
+    pad_ufes_dir: str | None = None
+
+
 class TelehealthPuzzle(Puzzle):
     name: ClassVar[str] = "telehealth"
     title: ClassVar[str] = "Telehealth consultation"
@@ -499,7 +505,7 @@ class TelehealthPuzzle(Puzzle):
         "On the left is a close-up of your skin lesion, on the right your patient profile. "
         "Choose a diagnosis (diagnose_...) and then a treatment (treat_...)."
     )
-    settings: ClassVar[dict[str, Any]] = {"pad_ufes_dir": None}
+    settings: ClassVar[type[CommaSettings]] = TelehealthSettings
 
     @classmethod
     def generate(cls, seed: int, settings: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from parley.environments.mango.data import MangoDataError, MangoGame, Question, 
 from parley.environments.mango.game import (
     DEFAULT_SETTINGS,
     MangoMaster,
+    MangoSettings,
     check_settings,
     make_instance,
     plan,
@@ -41,7 +42,7 @@ for _kind, _description in (
             players=PLAYERS,
             description=_description,
             text_only=True,
-            default_settings=dict(DEFAULT_SETTINGS),
+            settings=MangoSettings,
             check_settings=check_settings,
         )
     )
@@ -51,6 +52,7 @@ __all__ = [
     "MangoDataError",
     "MangoGame",
     "MangoMaster",
+    "MangoSettings",
     "Question",
     "load_game",
     "make_instance",

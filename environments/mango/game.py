@@ -19,9 +19,11 @@ from __future__ import annotations
 import json
 import random
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
-from parley.environments.base import GameMaster, Observation
+from pydantic import Field, ValidationError
+
+from parley.environments.base import GameMaster, Observation, ReasonCode, Scores, Settings
 from parley.environments.mango.data import (
     MangoDataError,
     MangoGame,
@@ -41,22 +43,29 @@ from parley.environments.mango.scoring import Maze, score
 from parley.environments.mango.synthetic import synthetic_game, synthetic_name
 from parley.tokens import count_tokens
 
-DEFAULT_SETTINGS: dict[str, Any] = {
-    "data_dir": None,  # a folder of MANGO games; None plays synthetic mazes
-    "games": "all",  # "all" or a list of game names
-    "cutoff": 70,  # the last walkthrough step shown
-    "token_budget": None,  # or: show the longest prefix within this many tokens (offline count)
-    "difficulty": "all",  # all | easy | hard (always among answerable questions)
-    "sample": None,  # or: this many questions per game, drawn with sample_seed
-    "sample_seed": 0,
-    "questions_per_episode": 1,  # 0: all of a game's questions in one episode
-    "walkthrough": "system",  # system | message | every_turn
-    "synthetic_games": 6,
-    "synthetic_seed": 0,
-    "synthetic_rooms": 12,
-}
 PLACEMENTS = ("system", "message", "every_turn")
 DIFFICULTIES = ("all", "easy", "hard")
+
+
+class MangoSettings(Settings):
+    """Which games and questions, how much walkthrough, where it goes."""
+
+    data_dir: str | None = None  # a folder of MANGO games; None plays synthetic mazes
+    games: str | list[str] = "all"  # "all", a game's name or a list of them
+    cutoff: int = Field(70, ge=0)  # the last walkthrough step shown
+    # Or: show the longest prefix within this many tokens (offline count).
+    token_budget: int | None = Field(None, ge=1)
+    difficulty: Literal["all", "easy", "hard"] = "all"  # always among answerable questions
+    sample: int | None = Field(None, ge=1)  # or: this many questions per game (sample_seed)
+    sample_seed: int = 0
+    questions_per_episode: int = Field(1, ge=0)  # 0: all of a game's questions in one episode
+    walkthrough: Literal["system", "message", "every_turn"] = "system"
+    synthetic_games: int = Field(6, ge=1)
+    synthetic_seed: int = 0
+    synthetic_rooms: int = Field(12, ge=2)
+
+
+DEFAULT_SETTINGS: dict[str, Any] = MangoSettings().model_dump(mode="json")
 
 
 # --- sources and instances -----------------------------------------------------------------
@@ -124,28 +133,19 @@ def shown_steps(game: MangoGame, cutoff: int, token_budget: int | None) -> list[
 
 def check_settings(settings: dict[str, Any]) -> list[str]:
     """What is wrong with ``settings`` before anything runs (a missing data folder first)."""
-    s = {**DEFAULT_SETTINGS, **settings}
-    problems = []
-    if s["difficulty"] not in DIFFICULTIES:
-        problems.append(
-            f"difficulty {s['difficulty']!r}: expected one of {', '.join(DIFFICULTIES)}"
-        )
-    if s["walkthrough"] not in PLACEMENTS:
-        problems.append(
-            f"walkthrough {s['walkthrough']!r}: expected one of {', '.join(PLACEMENTS)}"
-        )
-    for key, low in (("cutoff", 0), ("questions_per_episode", 0), ("synthetic_games", 1)):
-        if not isinstance(s[key], int) or s[key] < low:
-            problems.append(f"{key} {s[key]!r}: expected a whole number >= {low}")
-    for key in ("token_budget", "sample"):
-        if s[key] is not None and (not isinstance(s[key], int) or s[key] < 1):
-            problems.append(f"{key} {s[key]!r}: expected a whole number >= 1, or null")
-    if not problems:
-        try:
-            game_sources(s)
-        except MangoDataError as exc:
-            problems.append(str(exc))
-    return problems
+    try:
+        s = MangoSettings.model_validate({**DEFAULT_SETTINGS, **settings}).model_dump()
+    except ValidationError as exc:
+        return [
+            f"{'.'.join(map(str, e['loc']))} {e.get('input')!r}: "
+            + e["msg"].replace("Input should be", "expected")
+            for e in exc.errors()
+        ]
+    try:
+        game_sources(s)
+    except MangoDataError as exc:
+        return [str(exc)]
+    return []
 
 
 @lru_cache(maxsize=64)
@@ -280,7 +280,12 @@ class MangoMaster(GameMaster):
         q = self.questions[self.index]
         result = score(q, text, self.maze)
         if not result.parsed:
-            self.violation(role, f"question {self.index + 1}: {result.error}", abort=False)
+            self.violation(
+                role,
+                f"question {self.index + 1}: {result.error}",
+                abort=False,
+                code=ReasonCode.PARSE_ERROR,
+            )
         row = {
             "game": self.game.name,
             "question": q.id,
@@ -300,28 +305,28 @@ class MangoMaster(GameMaster):
             self._ask()
             return
         if not any(r["parsed"] for r in self.results):
-            self.end("aborted", "no answer could be parsed")
+            self.end("aborted", "no answer could be parsed", code=ReasonCode.PARSE_ERROR)
         elif all(r["success_strict"] == 1.0 for r in self.results):
             self.end("success", "every answer right")
         else:
             wrong = sum(1 for r in self.results if r["success_strict"] < 1.0)
             self.end("lost", f"{wrong} of {len(self.results)} answers wrong")
 
-    def scores(self) -> dict[str, float | None]:
+    def scores(self) -> Scores:
         n = len(self.results)
         if n == 0:
-            return {"main": None, "questions": 0.0}
+            return Scores(None, questions=0.0)
 
         def avg(key: str) -> float:
             return sum(float(r[key]) for r in self.results) / n
 
         answered = sum(1 for r in self.results if r["parsed"])
-        return {
-            "main": None if answered == 0 else 100.0 * avg("success_loose"),
-            "questions": float(n),
-            "answered": float(answered),
-            "success_loose": avg("success_loose"),
-            "success_strict": avg("success_strict"),
-            "reasoning": avg("reasoning"),
-            "weighted": avg("weighted"),
-        }
+        return Scores(
+            main=None if answered == 0 else 100.0 * avg("success_loose"),
+            questions=float(n),
+            answered=float(answered),
+            success_loose=avg("success_loose"),
+            success_strict=avg("success_strict"),
+            reasoning=avg("reasoning"),
+            weighted=avg("weighted"),
+        )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
+from parley.environments.base import VariantSettings
 from parley.environments.playground.chessgame import ChessKit
 from parley.environments.playground.common import seeded
 from parley.environments.playground.gomoku import GomokuKit
@@ -36,18 +39,49 @@ TASK_WORDS = {
     "e2e": "play a whole game",
 }
 
-# Settings every E2E game accepts, and each game's search settings (shown to the opponent).
-E2E_SETTINGS: dict[str, Any] = {"variant": "image", "max_invalid": 3, "max_moves": 200}
-GAME_SETTINGS: dict[str, dict[str, Any]] = {
-    "reversi": {"depth": 3},
-    "gomoku": {"depth": 3, "width": 10},
-    "chess": {
-        "stockfish_time": 0.1,
-        "stockfish_skill": 20,
-        "stockfish_depth": None,
-        "stockfish_path": "",
-    },
-    "sudoku": {"empty_cells": 45},
+
+class E2ESettings(VariantSettings):
+    """Every E2E game's: ``max_invalid`` invalid replies lose the game (forfeit), and it is
+    unfinished after ``max_moves`` of the player's moves."""
+
+    max_invalid: int = Field(3, ge=1)
+    max_moves: int = Field(200, ge=1)
+
+
+class SearchSettings(E2ESettings):
+    """Reversi: the alpha-beta search's ``depth`` (for the opponent and the scripted player)."""
+
+    depth: int = Field(3, ge=1)
+
+
+class GomokuSettings(SearchSettings):
+    """Gomoku: search ``depth`` and ``width`` (candidate moves looked at per ply)."""
+
+    width: int = Field(10, ge=1)
+
+
+class ChessSettings(E2ESettings):
+    """Chess: Stockfish's time per move, skill level (0-20), an optional fixed depth, and its
+    path (empty: found on PATH)."""
+
+    stockfish_time: float = Field(0.1, gt=0)
+    stockfish_skill: int = Field(20, ge=0, le=20)
+    stockfish_depth: int | None = Field(None, ge=1)
+    stockfish_path: str = ""
+
+
+class SudokuSettings(E2ESettings):
+    """Sudoku: how many of the 81 cells start empty."""
+
+    empty_cells: int = Field(45, ge=1, le=64)
+
+
+# Each E2E game's settings (search settings are shown to the opponent role).
+E2E_SETTINGS: dict[str, type[E2ESettings]] = {
+    "reversi": SearchSettings,
+    "gomoku": GomokuSettings,
+    "chess": ChessSettings,
+    "sudoku": SudokuSettings,
 }
 
 
@@ -70,10 +104,10 @@ def _instance_fn(kit: Kit, task: str):  # type: ignore[no-untyped-def]
 
 def _register(kit: Kit, task: str) -> GameInfo:
     master = master_for(kit, task)
-    defaults: dict[str, Any] = {"variant": "image"}
+    settings: type[VariantSettings] = VariantSettings
     opponent = ""
     if task == "e2e":
-        defaults = {**E2E_SETTINGS, **GAME_SETTINGS.get(kit.name, {})}
+        settings = E2E_SETTINGS.get(kit.name, E2ESettings)
         if kit.opponent_side:
             opponent = f"; you play {kit.player_side} against {kit.opponent_side}"
     return register(
@@ -85,7 +119,7 @@ def _register(kit: Kit, task: str) -> GameInfo:
             instance=_instance_fn(kit, task),
             players=players_for(kit, task),
             description=f"{kit.title}: {TASK_WORDS[task]}{opponent}",
-            default_settings=defaults,
+            settings=settings,
             text_settings={"variant": "text"},
             # Searches (alpha-beta, Stockfish) and pictures are made in worker threads, so the
             # event loop never waits on them.

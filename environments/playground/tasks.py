@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from parley.environments.base import GameMaster, Observation, StepResult
+from parley.environments.base import GameMaster, Observation, ReasonCode, Scores, StepResult
 from parley.environments.playground.common import (
     LETTERS,
     answer_letter,
@@ -74,20 +74,22 @@ class _OneTurnMaster(_PlaygroundMaster):
     def whose_turn(self) -> str | None:
         return None if self.answered else "player"
 
-    def _finish(self, action: str, score: float, feedback: str) -> None:
+    def _finish(
+        self, action: str, score: float, feedback: str, code: ReasonCode | None = None
+    ) -> None:
+        """Score the one reply and end: ``solved`` when right, else ``code`` (``failed``)."""
         self.answered = True
         self.score = score
         self.record_action(
             "player", action, StepResult(feedback, mistake=score < 1, progress=score)
         )
-        self.end("success" if score >= 1 else "lost", feedback)
+        if score >= 1:
+            self.end("success", feedback, code=ReasonCode.SOLVED)
+        else:
+            self.end("lost", feedback, code=code or ReasonCode.FAILED)
 
-    def scores(self) -> dict[str, float | None]:
-        return {
-            "main": 100.0 * self.score,
-            "accuracy": self.score,
-            "parsed": float(self.parsed),
-        }
+    def scores(self) -> Scores:
+        return Scores(main=100.0 * self.score, accuracy=self.score, parsed=float(self.parsed))
 
 
 class PerceivingMaster(_OneTurnMaster):
@@ -120,9 +122,14 @@ class PerceivingMaster(_OneTurnMaster):
         got = parse_matrix(text, kit.rows, kit.cols)
         if got is None:
             self.violation(
-                role, f"no readable {kit.rows}x{kit.cols} 'Game State:' matrix", abort=False
+                role,
+                f"no readable {kit.rows}x{kit.cols} 'Game State:' matrix",
+                abort=False,
+                code=ReasonCode.PARSE_ERROR,
             )
-            self._finish("unreadable", 0.0, "no readable matrix: accuracy 0")
+            self._finish(
+                "unreadable", 0.0, "no readable matrix: accuracy 0", ReasonCode.PARSE_ERROR
+            )
             return
         self.parsed = True
         truth = self.instance["board"]
@@ -175,8 +182,13 @@ class QAMaster(_OneTurnMaster):
         letters = LETTERS[: len(question.options)]
         letter = answer_letter(text, letters)
         if letter is None:
-            self.violation(role, f"no 'Answer:' with one of {', '.join(letters)}", abort=False)
-            self._finish("unreadable", 0.0, "no readable answer")
+            self.violation(
+                role,
+                f"no 'Answer:' with one of {', '.join(letters)}",
+                abort=False,
+                code=ReasonCode.PARSE_ERROR,
+            )
+            self._finish("unreadable", 0.0, "no readable answer", ReasonCode.PARSE_ERROR)
             return
         self.parsed = True
         right = LETTERS[question.answer]
@@ -220,23 +232,23 @@ class RuleMaster(_OneTurnMaster):
     def handle_reply(self, role: str, text: str) -> None:
         raw, why = movement_field(text)
         if raw is None:
-            self.violation(role, why, abort=False)
-            self._finish("unreadable", 0.0, why)
+            self.violation(role, why, abort=False, code=ReasonCode.PARSE_ERROR)
+            self._finish("unreadable", 0.0, why, ReasonCode.PARSE_ERROR)
             return
         move = self.position.parse(raw)
         if move is None:
             reason = f"{raw!r} is not a move; write {self.kit.move_help}"
-            self.violation(role, reason, abort=False)
-            self._finish(raw, 0.0, reason)
+            self.violation(role, reason, abort=False, code=ReasonCode.PARSE_ERROR)
+            self._finish(raw, 0.0, reason, ReasonCode.PARSE_ERROR)
             return
         self.parsed = True
         reason = self.position.illegal(move)
         if reason:
-            self._finish(raw, 0.0, f"invalid: {reason}")
+            self._finish(raw, 0.0, f"invalid: {reason}", ReasonCode.RULE_VIOLATION)
         else:
             self._finish(move, 1.0, "valid")
 
-    def scores(self) -> dict[str, float | None]:
+    def scores(self) -> Scores:
         out = super().scores()
         out["valid"] = out.pop("accuracy")
         return out
@@ -317,15 +329,17 @@ class E2EMaster(_PlaygroundMaster):
     def handle_reply(self, role: str, text: str) -> None:
         raw, why = movement_field(text)
         if raw is None:
-            self._invalid(role, why)
+            self._invalid(role, why, ReasonCode.PARSE_ERROR)
             return
         move = self.position.parse(raw)
         if move is None:
-            self._invalid(role, f"{raw!r} is not a move; write {self.kit.move_help}")
+            self._invalid(
+                role, f"{raw!r} is not a move; write {self.kit.move_help}", ReasonCode.PARSE_ERROR
+            )
             return
         reason = self.position.illegal(move)
         if reason:
-            self._invalid(role, f"invalid move {raw}: {reason}")
+            self._invalid(role, f"invalid move {raw}: {reason}", ReasonCode.RULE_VIOLATION)
             return
         played = self.position.play(move)
         self.news[role] = []  # what happened before this move has been seen
@@ -346,22 +360,41 @@ class E2EMaster(_PlaygroundMaster):
                     self.news[other].append(f"{side} had no legal move and passed.")
         self._check_end()
 
-    def _invalid(self, role: str, reason: str) -> None:
+    @property
+    def competitive(self) -> bool:
+        """Player against opponent (two-player games): the roles' results are recorded."""
+        return "opponent" in self.roles
+
+    def _winner(self, role: str) -> str | None:
+        return role if self.competitive else None
+
+    def _invalid(self, role: str, reason: str, code: ReasonCode) -> None:
         self.invalid[role] += 1
         count = self.invalid[role]
-        self.violation(role, reason, abort=False)
+        self.violation(role, reason, abort=False, code=code)
         self.give_feedback(
             role,
             f"Your reply was not accepted: {reason}. Invalid replies so far: {count} of "
             f"{self.max_invalid}.",
         )
         if count >= self.max_invalid:
+            # Too many invalid replies forfeit the game: the other side wins it.
             if role == "player":
                 self.result_word = "loss"
-                self.end("lost", f"{count} invalid replies")
+                self.end(
+                    "lost",
+                    f"{count} invalid replies",
+                    code=ReasonCode.MISTAKE_LIMIT,
+                    winner=self._winner("opponent"),
+                )
             else:
                 # The opponent failing is no achievement of the player's: not scored.
-                self.end("aborted", f"the opponent gave {count} invalid replies")
+                self.end(
+                    "aborted",
+                    f"the opponent gave {count} invalid replies",
+                    code=ReasonCode.MISTAKE_LIMIT,
+                    winner="player",
+                )
 
     def _check_end(self) -> None:
         result = self.position.result()
@@ -373,13 +406,22 @@ class E2EMaster(_PlaygroundMaster):
             else:
                 self.result_word = "loss"
             outcome = "success" if self.result_word == "win" else "lost"
-            self.end(
-                outcome,
-                {"win": "won", "draw": "draw", "loss": f"lost ({result})"}[self.result_word],
-            )
+            reason = {"win": "won", "draw": "draw", "loss": f"lost ({result})"}[self.result_word]
+            if self.competitive:
+                winner = {"win": "player", "loss": "opponent"}.get(self.result_word)
+                self.end(
+                    outcome,
+                    reason,
+                    code=ReasonCode.GAME_OVER,
+                    winner=winner,
+                    draw=self.result_word == "draw",
+                )
+            else:  # a puzzle played alone (Sudoku, Minesweeper): solved or not
+                code = ReasonCode.SOLVED if self.result_word == "win" else ReasonCode.FAILED
+                self.end(outcome, reason, code=code)
         elif self.moves["player"] >= self.max_moves:
             self.result_word = "unfinished"
-            self.end("lost", f"move limit of {self.max_moves} reached")
+            self.end("lost", f"move limit of {self.max_moves} reached", code=ReasonCode.TURN_LIMIT)
 
     # --- scores --------------------------------------------------------------------------
 
@@ -391,19 +433,19 @@ class E2EMaster(_PlaygroundMaster):
             **self.kit.e2e_counts(self.position),
         }
 
-    def scores(self) -> dict[str, float | None]:
+    def scores(self) -> Scores:
         stats = self.stats()
         raw = self.kit.e2e_score(stats)
         ceiling = self.kit.e2e_ceiling(self.instance, self.settings)
         main = None if self.outcome == "aborted" else min(100.0, 100.0 * raw / ceiling)
-        out: dict[str, float | None] = {
-            "main": main,
-            "e2e_score": raw,
-            "win": float(stats["result"] == "win"),
-            "draw": float(stats["result"] == "draw"),
-            "moves": float(stats["moves"]),
-            "invalid": float(self.invalid["player"]),
-        }
+        out = Scores(
+            main=main,
+            e2e_score=raw,
+            win=float(stats["result"] == "win"),
+            draw=float(stats["result"] == "draw"),
+            moves=float(stats["moves"]),
+            invalid=float(self.invalid["player"]),
+        )
         for key in ("captured", "black_discs", "filled", "correct", "revealed"):
             if key in stats and (key != "captured" or self.kit.name == "chess"):
                 out[key] = float(stats[key])

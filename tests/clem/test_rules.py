@@ -25,7 +25,7 @@ def test_reference_describer_format_violation_aborts(reply: str) -> None:
     gm.next_turn()
     gm.on_reply("describer", reply)
     assert gm.outcome == "aborted"
-    assert gm.scores()["main"] is None and gm.scores()["aborted"] == 1.0
+    assert gm.scores().main is None and gm.scores()["aborted"] == 1.0
 
 
 @pytest.mark.parametrize(
@@ -46,7 +46,7 @@ def test_reference_answer_labels(label: str) -> None:
     gm.on_reply("guesser", f"Answer: {label}")
     picked = reference.ANSWER_INDEX[label.rstrip(".").lower()]
     assert gm.outcome == ("success" if picked == gm.target else "lost")
-    assert gm.scores()["main"] == (100.0 if picked == gm.target else 0.0)
+    assert gm.scores().main == (100.0 if picked == gm.target else 0.0)
 
 
 def test_reference_guesser_hears_the_expression_only() -> None:
@@ -101,7 +101,7 @@ def test_matchit_schedule_and_relaying() -> None:
     assert seen[3][2] == ["DESCRIPTION: from player_b", "QUESTION: is there a bar?"]
     # A's decision turn brings B's last answer, never B's decision.
     assert seen[-1][0] == "player_a" and seen[-1][2] == ["ANSWER: yes"]
-    assert gm.outcome == "success" and gm.scores()["main"] == 100.0
+    assert gm.outcome == "success" and gm.scores().main == 100.0
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_matchit_flag_violations_abort(step: int, reply: str) -> None:
     assert turn is not None
     gm.on_reply(turn.role, reply)
     assert gm.outcome == "aborted"
-    assert gm.scores()["main"] is None
+    assert gm.scores().main is None
 
 
 def test_matchit_one_wrong_decision_loses() -> None:
@@ -138,7 +138,7 @@ def test_matchit_one_wrong_decision_loses() -> None:
             reply = "DECISION: different images."
         gm.on_reply(turn.role, reply)
     assert gm.outcome == "lost"
-    assert gm.scores()["main"] == 0.0 and gm.scores()["player_score"] == 50.0
+    assert gm.scores().main == 0.0 and gm.scores()["player_score"] == 50.0
 
 
 # --- MapWorld --------------------------------------------------------------------------------
@@ -172,7 +172,7 @@ def test_mapworld_malformed_replies_abort(reply: str) -> None:
     gm.next_turn()
     gm.on_reply("navigator", reply)
     assert gm.outcome == "aborted"
-    assert gm.scores()["main"] is None and gm.scores()["efficiency"] is None
+    assert gm.scores().main is None and gm.scores()["efficiency"] is None
 
 
 def test_mapworld_wall_is_an_invalid_move_not_an_abort() -> None:
@@ -197,7 +197,7 @@ def test_mapworld_turn_limit_counts_as_aborted() -> None:
         way = gm.directions()[0]
         gm.on_reply("navigator", _go(way))
     assert gm.outcome == "aborted" and "20 turns" in gm.reason
-    assert gm.scores()["main"] is None
+    assert gm.scores().main is None
 
 
 def test_mapworld_image_variant_never_names_the_room() -> None:
@@ -216,9 +216,7 @@ def test_g2x_stop_outside_the_target_loses() -> None:
     settings = {"distance": "far", "variant": "text"}
     gm = GoToGame(mapworld.g2x_instance(5, settings), settings)
     gm.on_reply("navigator", json.dumps({"description": "x", "action": "DONE"}))
-    assert (
-        gm.outcome == "lost" and gm.scores()["main"] == 0.0 and gm.scores()["efficiency"] == 100.0
-    )
+    assert gm.outcome == "lost" and gm.scores().main == 0.0 and gm.scores()["efficiency"] == 100.0
 
 
 def test_eegr_requires_a_well_formed_graph() -> None:

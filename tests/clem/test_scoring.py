@@ -111,16 +111,16 @@ def test_graph_edit_distance_search_is_bounded() -> None:
 
 def test_episode_scores_follow_clembench() -> None:
     aborted = episode_scores("aborted", 100.0, efficiency=50.0)
+    assert aborted.main is None
     assert aborted == {
         "aborted": 1.0,
         "played": 0.0,
         "success": None,
         "lose": None,
-        "main": None,
         "efficiency": None,
     }
     lost = episode_scores("lost", 0.0)
-    assert (lost["aborted"], lost["success"], lost["lose"], lost["main"]) == (0.0, 0.0, 1.0, 0.0)
+    assert (lost["aborted"], lost["success"], lost["lose"], lost.main) == (0.0, 0.0, 1.0, 0.0)
 
 
 def _record(game: str, outcome: str, main: float | None, who: str = "m") -> dict:

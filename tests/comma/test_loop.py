@@ -131,11 +131,11 @@ def test_scores_count_conversation_and_mistakes() -> None:
     expert_says(gm)
     solver_says(gm, f"press_{gm.puzzle.answer}_button")
     scores = gm.scores()
-    assert gm.outcome == "success"
+    assert gm.outcome == "success" and gm.reason_code == "solved"
+    assert scores.main == 100.0
     assert scores == {
         "success": 1.0,
         "psr": 1.0,
-        "main": 100.0,
         "mistakes": 1.0,
         "conversation_length": 2.0,  # (3 solver + 2 expert messages) // 2
         "turns": 3.0,

@@ -119,9 +119,9 @@ def test_unparsable_replies_are_violations_not_crashes() -> None:
     kinds = [e.kind for e in gm.drain_events()]
     assert kinds.count("violation") == 3 and kinds.count("note") == 4
     assert gm.outcome == "lost"  # one answer ("[]") parsed, nothing right
-    assert gm.scores()["answered"] == 1.0 and gm.scores()["main"] == 0.0
+    assert gm.scores()["answered"] == 1.0 and gm.scores().main == 0.0
     gm = play_episode(instance, settings, lambda view, rng: "I cannot say.")
-    assert gm.outcome == "aborted" and gm.scores()["main"] is None
+    assert gm.outcome == "aborted" and gm.scores().main is None
 
 
 def test_seeds_map_onto_questions_round_robin() -> None:

@@ -49,11 +49,8 @@ def test_perceiving_scores_cell_accuracy() -> None:
     assert gm.outcome == "lost" and gm.scores()["accuracy"] == pytest.approx(7 / 9)
     gm = master("chess.perceiving", 3)
     gm.on_reply("player", "Game State: " + json.dumps(gm.instance["board"]))
-    assert gm.outcome == "success" and gm.scores() == {
-        "main": 100.0,
-        "accuracy": 1.0,
-        "parsed": 1.0,
-    }
+    assert gm.outcome == "success" and gm.scores().main == 100.0
+    assert gm.scores() == {"accuracy": 1.0, "parsed": 1.0}
 
 
 @pytest.mark.parametrize(
@@ -63,7 +60,7 @@ def test_perceiving_scores_cell_accuracy() -> None:
 def test_unreadable_matrices_score_zero_and_are_recorded(reply: str) -> None:
     gm = master("tictactoe.perceiving", 1)
     gm.on_reply("player", reply)
-    assert gm.scores() == {"main": 0.0, "accuracy": 0.0, "parsed": 0.0}
+    assert gm.scores().main == 0.0 and gm.scores() == {"accuracy": 0.0, "parsed": 0.0}
     assert gm.outcome == "lost" and "violation" in kinds(gm)
 
 
@@ -78,7 +75,7 @@ def test_qa_reads_only_the_answer_letter() -> None:
     assert gm.scores()["accuracy"] == 0.0 and gm.scores()["parsed"] == 1.0
     gm = master("sudoku.qa", 11)
     gm.on_reply("player", f"I'd say {right}")  # no Answer field, not a bare letter
-    assert gm.scores() == {"main": 0.0, "accuracy": 0.0, "parsed": 0.0}
+    assert gm.scores().main == 0.0 and gm.scores() == {"accuracy": 0.0, "parsed": 0.0}
 
 
 def test_rule_following_checks_the_movement_field_only() -> None:
@@ -99,7 +96,7 @@ def test_rule_following_checks_the_movement_field_only() -> None:
         assert gm.scores()["valid"] == 0.0
     gm = master("tictactoe.rule", 2)
     gm.on_reply("player", f"I play {free}.")
-    assert gm.scores() == {"main": 0.0, "valid": 0.0, "parsed": 0.0}
+    assert gm.scores().main == 0.0 and gm.scores() == {"valid": 0.0, "parsed": 0.0}
 
 
 def test_chess_rule_following_counts_moves_with_and_without_check_marks() -> None:
@@ -149,7 +146,7 @@ def test_tictactoe_win_and_draw_scores() -> None:
     )
     assert gm.position.result() == "draw"
     assert gm.outcome == "lost" and gm.scores()["e2e_score"] == 10 * 5 + 20
-    assert gm.scores()["draw"] == 1.0 and gm.scores()["main"] == 70.0
+    assert gm.scores()["draw"] == 1.0 and gm.scores().main == 70.0
 
 
 def test_an_illegal_tictactoe_move_counts_toward_the_three() -> None:
@@ -217,7 +214,7 @@ def test_sudoku_win_scores_every_cell_and_the_bonus() -> None:
     ]
     play(gm, {"player": moves})
     assert gm.outcome == "success"
-    assert gm.scores()["e2e_score"] == 2 * 45 + 10 * 45 + 1000 and gm.scores()["main"] == 100.0
+    assert gm.scores()["e2e_score"] == 2 * 45 + 10 * 45 + 1000 and gm.scores().main == 100.0
 
 
 def test_minesweeper_hand_made_boards() -> None:
@@ -372,7 +369,7 @@ def test_chess_castling_en_passant_and_promotion_in_play() -> None:
 def test_opponent_invalid_replies_abort_without_a_score() -> None:
     gm = e2e("gomoku")
     play(gm, {"player": ["Movement: H8"], "opponent": ["pass", "Movement: H8", "Movement: Z1"]})
-    assert gm.outcome == "aborted" and gm.scores()["main"] is None
+    assert gm.outcome == "aborted" and gm.scores().main is None
 
 
 def test_prompts_say_who_plays_which_side() -> None:

@@ -110,6 +110,7 @@ async def test_a_failing_player_ends_only_its_episode(tmp_path: Path) -> None:
     assert by_seed[3]["outcome"] == "error"
     assert "broke on purpose" in by_seed[3]["reason"]
     assert "RuntimeError" in by_seed[3]["error"] and "Traceback" in by_seed[3]["error"]
+    assert by_seed[3]["reason_code"] == "exception"
     assert all(by_seed[s]["outcome"] == "success" for s in (0, 1, 2, 4, 5))
 
 
