@@ -32,6 +32,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from parley.records import RecordedRun, read_records
+
 CATEGORIES = ("roleplay", "misinterpretation", "repetition", "miscommunication")
 SHARE_CATEGORIES = (*CATEGORIES, "other")
 # Which finding names a failed conversation when it has several: the first in time; on the
@@ -518,9 +520,7 @@ def run_errors(
     run_dir: str | Path, records: list[dict[str, Any]] | None = None
 ) -> dict[str, list[ErrorFinding]]:
     """Episode id → rule-based findings, for every finished episode of a run folder."""
-    from parley.runtime.results import RunFolder, read_records
-
-    folder = RunFolder(run_dir)
+    folder = RecordedRun(run_dir)
     out: dict[str, list[ErrorFinding]] = {}
     for record in records if records is not None else read_records(run_dir):
         if record.get("outcome") in ("error", "cancelled"):

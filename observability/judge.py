@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.observability.errors import SHARE_CATEGORIES, ErrorFinding, steps_of, text_of
+from parley.records import read_records, transcripts
 
 PROMPT_VERSION = "errors-judge/1"
 
@@ -165,8 +166,6 @@ async def judge_run(
 ) -> list[Verdict]:
     """Judge a run's (failed) episodes with ``model`` from ``specs`` (name → ModelSpec)."""
     from parley.agents.backends.pool import ModelPool
-    from parley.runtime.reports.analysis import transcripts
-    from parley.runtime.results import read_records
 
     run = Path(run_dir)
     chosen = [

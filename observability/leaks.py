@@ -29,6 +29,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from parley.records import RecordedRun, read_records
+
 # --- text normalisation ---------------------------------------------------------------------------
 
 _UNITS = {
@@ -825,9 +827,7 @@ def run_disclosures(
     run_dir: str | Path, records: list[dict[str, Any]] | None = None
 ) -> Iterator[Disclosure]:
     """Every disclosure of a run folder, episode by episode."""
-    from parley.runtime.results import RunFolder, read_records
-
-    folder = RunFolder(run_dir)
+    folder = RecordedRun(run_dir)
     for record in records if records is not None else read_records(run_dir):
         if not record.get("private_facts"):
             continue

@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from parley.records import read_records
+
 ExtraFn = Callable[[dict[str, Any], list[dict[str, Any]], Path], str]
 Extras = Mapping[str, ExtraFn] | Callable[[dict[str, Any]], ExtraFn | None] | None
 
@@ -205,8 +207,6 @@ def write_html(
     raised: a transcript is still worth having without it."""
     run = Path(run_dir)
     if records is None:
-        from parley.runtime.results import read_records
-
         records = read_records(run)
     html_dir = run / out
     html_dir.mkdir(parents=True, exist_ok=True)

@@ -9,7 +9,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from parley.runtime.results import main_score, read_records
+from parley.records import main_score, read_records
 
 # A family's own tables: the `parley.reports` entry point named after the family (parley's
 # own in pyproject.toml, a plugin's in its package), "module:function" with

@@ -1,4 +1,9 @@
-"""The run folder: resolved config, durable ``episodes.jsonl``, transcripts, images by hash."""
+"""The run folder: resolved config, durable ``episodes.jsonl``, transcripts, images by hash.
+
+Writing only; reading a run folder (records, transcripts) is :mod:`parley.records`, which
+the analyses in ``parley.observability`` use too. Its readers are re-exported here for code
+written before they moved.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,6 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,69 +20,18 @@ import yaml
 from parley.bus.codec import encode
 from parley.event_loop import Pacer
 from parley.observability import tracing
+from parley.records import FINISHED, RecordedRun
+from parley.records import main_score as main_score
+from parley.records import read_records as read_records
+from parley.records import upgrade as upgrade
 from parley.runtime.config import ConfigError, ExperimentConfig, redacted
-from parley.runtime.episode import RECORD_SCHEMA, EpisodeResult
-
-FINISHED = ("success", "lost", "aborted", "error")
+from parley.runtime.episode import EpisodeResult
 
 
-def upgrade(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` in the current shape (:data:`~parley.runtime.episode.RECORD_SCHEMA`), so that
-    reports read runs recorded before it: a record without ``schema`` (1) had its main score as
-    ``scores["main"]`` and no reason code or per-role results. Modifies and returns ``record``.
-    """
-    if record.get("schema", 1) >= RECORD_SCHEMA:
-        return record
-    scores = dict(record.get("scores") or {})
-    record["main_score"] = scores.pop("main", None)
-    record["scores"] = scores
-    record.setdefault("reason_code", _old_reason_code(record))
-    record.setdefault("results", {})
-    record["schema"] = RECORD_SCHEMA
-    return record
-
-
-def _old_reason_code(record: dict[str, Any]) -> str | None:
-    """The reason code of a schema-1 record, where its outcome and reason text tell it (the
-    runtime's own endings); None where only the game knew."""
-    outcome, reason = record.get("outcome"), record.get("reason") or ""
-    if outcome == "cancelled":
-        return "cancelled"
-    if outcome == "error":
-        return "timeout" if reason.startswith("episode timed out") else "exception"
-    return None
-
-
-def main_score(record: dict[str, Any]) -> float | None:
-    """The declared main score of a record, of any schema."""
-    if record.get("schema", 1) >= 2:
-        return record.get("main_score")
-    return (record.get("scores") or {}).get("main")
-
-
-def read_records(path: str | Path) -> list[dict[str, Any]]:
-    """The records of ``episodes.jsonl``; a torn last line (a crash mid-write) is skipped, and
-    of several records of one episode the last wins."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "episodes.jsonl"
-    if not file.exists():
-        return []
-    latest: dict[str, dict[str, Any]] = {}
-    for line in file.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        latest[record["episode"]] = record
-    return [upgrade(record) for record in latest.values()]
-
-
-class RunFolder:
-    """One run's folder. ``episodes.jsonl`` gets a line per finished episode, written and
-    fsynced before the episode counts; on resume, finished episodes are skipped.
+class RunFolder(RecordedRun):
+    """One run's folder, as the runtime writes it. ``episodes.jsonl`` gets a line per finished
+    episode, written and fsynced before the episode counts; on resume, finished episodes are
+    skipped.
 
     Transcripts are appended to one ``transcripts.jsonl`` (a message a line, each naming its
     episode); an episode's record gives the byte range of its transcript there. One file
@@ -87,15 +40,8 @@ class RunFolder:
     """
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.episodes = self.path / "episodes.jsonl"
-        self.transcripts = self.path / "transcripts.jsonl"
-        self.images = self.path / "images"
+        super().__init__(path)
         self._known_images: set[str] = set()
-
-    @property
-    def run_id(self) -> str:
-        return json.loads((self.path / "run.json").read_text())["run"]
 
     @classmethod
     def prepare(
@@ -132,18 +78,12 @@ class RunFolder:
         folder._known_images = {p.stem for p in folder.images.glob("*.png")}
         return folder
 
-    def records(self) -> list[dict[str, Any]]:
-        return read_records(self.episodes)
-
     def note(self, **fields: Any) -> None:
         """Add ``fields`` to ``run.json`` (e.g. the event-loop lag a run saw)."""
         meta_file = self.path / "run.json"
         meta = json.loads(meta_file.read_text())
         meta.update(fields)
         meta_file.write_text(json.dumps(meta, indent=2))
-
-    def finished_ids(self) -> set[str]:
-        return {r["episode"] for r in self.records() if r["outcome"] in FINISHED}
 
     def _compact(self) -> None:
         """Rewrite ``episodes.jsonl`` with one line per finished episode: drops torn lines and
@@ -158,23 +98,6 @@ class RunFolder:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.episodes)
-
-    def iter_transcript(self, episode: str) -> Iterator[dict[str, Any]]:
-        """Every message of ``episode`` in order, as JSON objects (images by sha256)."""
-        where = next((r.get("transcript") for r in self.records() if r["episode"] == episode), None)
-        with self.transcripts.open("rb") as f:
-            if where:
-                f.seek(where["offset"])
-                lines = f.read(where["length"]).splitlines()
-            else:  # not finished (e.g. cancelled): scan for its messages
-                lines = [line for line in f if episode.encode() in line]
-        for line in lines:
-            message = json.loads(line)
-            if message.get("episode") == episode:
-                yield message
-
-    def image_path(self, sha256: str) -> Path:
-        return self.images / f"{sha256}.png"
 
 
 @dataclass

@@ -12,39 +12,14 @@ from __future__ import annotations
 import json
 import statistics
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from parley.observability import errors as error_analysis
 from parley.observability import leaks
 from parley.observability.metrics import turn_timings
+from parley.records import read_records, transcripts
 from parley.runtime.report import fmt, markdown_table, pairing_label
-
-
-def transcripts(
-    run_dir: Path, records: list[dict[str, Any]]
-) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """(record, messages) per episode, reading ``transcripts.jsonl`` once by byte ranges."""
-    path = run_dir / "transcripts.jsonl"
-    if not path.exists():
-        return
-    with path.open("rb") as f:
-        for record in records:
-            where = record.get("transcript")
-            if not where:
-                continue
-            f.seek(int(where["offset"]))
-            lines = f.read(int(where["length"])).splitlines()
-            messages = []
-            for line in lines:
-                try:
-                    message = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if message.get("episode") == record["episode"]:
-                    messages.append(message)
-            yield record, messages
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -355,8 +330,6 @@ def _clip(text: str, width: int = 110) -> str:
 
 def leaks_text(run_dir: Path, limit: int = 20) -> str:
     """The leak tables of a run and its first ``limit`` disclosures (all go to leaks.jsonl)."""
-    from parley.runtime.results import read_records
-
     records = read_records(run_dir)
     private: list[dict[str, Any]] = []
     disclosures: list[leaks.Disclosure] = []
@@ -390,8 +363,6 @@ def leaks_text(run_dir: Path, limit: int = 20) -> str:
 
 def errors_text(run_dir: Path, limit: int = 20) -> str:
     """The error-category table of a run and its first ``limit`` findings (all in errors.jsonl)."""
-    from parley.runtime.results import read_records
-
     records = read_records(run_dir)
     relevant: list[dict[str, Any]] = []
     findings: dict[str, list[error_analysis.ErrorFinding]] = {}
@@ -422,8 +393,6 @@ def errors_text(run_dir: Path, limit: int = 20) -> str:
 
 def judge_text(run_dir: Path, verdicts: list[Any]) -> str:
     """Judge verdicts per model, and how often they agree with the rules' primary category."""
-    from parley.runtime.results import read_records
-
     by_episode = {r["episode"]: r for r in read_records(run_dir)}
     rules = {}
     for path in [run_dir / "errors.jsonl"]:

@@ -15,8 +15,8 @@ from typing import Any
 
 from parley.environments.clem.scoring import GameStats, clemscore, game_stats
 from parley.observability.transcript_html import write_html
+from parley.records import main_score
 from parley.runtime.report import fmt, markdown_table, mean
-from parley.runtime.results import main_score
 
 GAMES = (
     "clem.matchit",

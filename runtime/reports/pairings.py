@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
+from parley.records import main_score
 from parley.runtime.report import fmt, markdown_table, mean
-from parley.runtime.results import main_score
 
 
 def _metrics(records: list[dict[str, Any]]) -> list[str]:

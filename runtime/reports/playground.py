@@ -24,7 +24,7 @@ from parley.environments.playground.ratings import (
     aggregate,
     stars_text,
 )
-from parley.runtime.results import main_score
+from parley.records import main_score
 
 TITLES = {
     "tictactoe": "TicTacToe",
@@ -175,7 +175,7 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from parley.runtime.results import read_records
+    from parley.records import read_records
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:

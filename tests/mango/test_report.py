@@ -7,6 +7,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from parley.records import read_records
 from parley.runtime.config import load_config
 from parley.runtime.report import build_report
 from parley.runtime.reports.mango import (
@@ -16,7 +17,6 @@ from parley.runtime.reports.mango import (
     paper_success,
     question_rows,
 )
-from parley.runtime.results import read_records
 from parley.runtime.scheduler import run_experiment
 
 PLAYERS = [

@@ -1,0 +1,149 @@
+"""Reading a run folder: the episode records of ``episodes.jsonl`` and their transcripts.
+
+Read by the runtime (resume, reports) and by the analyses in ``parley.observability`` (leaks,
+error categories, transcript pages, the judge), so it lives in the package root and imports
+nothing of either: analyses of a finished run need no runtime, and the runtime's hot path never
+waits on an analysis (``tests/test_layers.py``). Writing stays with the runtime
+(``parley.runtime.results.RunFolder``/``ResultWriter``), which builds on :class:`RecordedRun`.
+
+Example::
+
+    from parley.records import RecordedRun, read_records
+
+    records = read_records("runs/quickstart")
+    run = RecordedRun("runs/quickstart")
+    for message in run.iter_transcript(records[0]["episode"]):
+        print(message["kind"], message.get("role") or message.get("event"))
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+# The shape of an ``episodes.jsonl`` record. 1 (no ``schema`` key): the main score was
+# ``scores["main"]`` and there was no reason code; 2: ``main_score``, ``reason_code`` and
+# ``role_results`` beside ``scores``. Readers upgrade older records (:func:`upgrade`).
+RECORD_SCHEMA = 2
+# Outcomes of an episode that is done with: a resumed run skips them.
+FINISHED = ("success", "lost", "aborted", "error")
+
+
+def upgrade(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` in the current shape (:data:`RECORD_SCHEMA`), so that reports read runs
+    recorded before it: a record without ``schema`` (1) had its main score as
+    ``scores["main"]`` and no reason code or per-role results. Modifies and returns ``record``.
+    """
+    if record.get("schema", 1) >= RECORD_SCHEMA:
+        return record
+    scores = dict(record.get("scores") or {})
+    record["main_score"] = scores.pop("main", None)
+    record["scores"] = scores
+    record.setdefault("reason_code", _old_reason_code(record))
+    record.setdefault("role_results", {})
+    record["schema"] = RECORD_SCHEMA
+    return record
+
+
+def _old_reason_code(record: dict[str, Any]) -> str | None:
+    """The reason code of a schema-1 record, where its outcome and reason text tell it (the
+    runtime's own endings); None where only the game knew."""
+    outcome, reason = record.get("outcome"), record.get("reason") or ""
+    if outcome == "cancelled":
+        return "cancelled"
+    if outcome == "error":
+        return "timeout" if reason.startswith("episode timed out") else "exception"
+    return None
+
+
+def main_score(record: dict[str, Any]) -> float | None:
+    """The declared main score of a record, of any schema."""
+    if record.get("schema", 1) >= 2:
+        return record.get("main_score")
+    return (record.get("scores") or {}).get("main")
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The records of ``episodes.jsonl`` (``path``: the run folder or the file), upgraded to
+    the current shape; a torn last line (a crash mid-write) is skipped, and of several records
+    of one episode the last wins."""
+    file = Path(path)
+    if file.is_dir():
+        file = file / "episodes.jsonl"
+    if not file.exists():
+        return []
+    latest: dict[str, dict[str, Any]] = {}
+    for line in file.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        latest[record["episode"]] = record
+    return [upgrade(record) for record in latest.values()]
+
+
+def transcripts(
+    run_dir: str | Path, records: Iterable[dict[str, Any]]
+) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """(record, messages) per episode of ``records`` that has a transcript, reading
+    ``transcripts.jsonl`` once by the byte ranges the records give."""
+    path = Path(run_dir) / "transcripts.jsonl"
+    if not path.exists():
+        return
+    with path.open("rb") as f:
+        for record in records:
+            where = record.get("transcript")
+            if not where:
+                continue
+            f.seek(int(where["offset"]))
+            lines = f.read(int(where["length"])).splitlines()
+            messages = []
+            for line in lines:
+                try:
+                    message = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if message.get("episode") == record["episode"]:
+                    messages.append(message)
+            yield record, messages
+
+
+class RecordedRun:
+    """A run folder, read: its records, each episode's transcript, its images by hash."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.episodes = self.path / "episodes.jsonl"
+        self.transcripts = self.path / "transcripts.jsonl"
+        self.images = self.path / "images"
+
+    @property
+    def run_id(self) -> str:
+        return json.loads((self.path / "run.json").read_text())["run"]
+
+    def records(self) -> list[dict[str, Any]]:
+        return read_records(self.episodes)
+
+    def finished_ids(self) -> set[str]:
+        return {r["episode"] for r in self.records() if r["outcome"] in FINISHED}
+
+    def iter_transcript(self, episode: str) -> Iterator[dict[str, Any]]:
+        """Every message of ``episode`` in order, as JSON objects (images by sha256)."""
+        where = next((r.get("transcript") for r in self.records() if r["episode"] == episode), None)
+        with self.transcripts.open("rb") as f:
+            if where:
+                f.seek(where["offset"])
+                lines = f.read(where["length"]).splitlines()
+            else:  # not finished (e.g. cancelled): scan for its messages
+                lines = [line for line in f if episode.encode() in line]
+        for line in lines:
+            message = json.loads(line)
+            if message.get("episode") == episode:
+                yield message
+
+    def image_path(self, sha256: str) -> Path:
+        return self.images / f"{sha256}.png"
