@@ -154,6 +154,14 @@ class _Bounded:
 def bounded(data: dict[str, Any], limit: int = MAX_REPLY_CHARS) -> tuple[dict[str, Any], int]:
     """A response as it is kept in the transcript: every string repaired and cut at ``limit``,
     the whole bounded; and the number of characters repaired."""
+    # Most responses need nothing: orjson refuses lone surrogates and integers over 64 bits,
+    # and a body this small, with this few brackets, has no long string and no deep nesting.
+    try:
+        body = orjson.dumps(data)
+    except (TypeError, orjson.JSONEncodeError):
+        body = None
+    if body is not None and len(body) <= limit and body.count(b"[") + body.count(b"{") <= RAW_DEPTH:
+        return data, 0
     walker = _Bounded(limit)
     return walker.value(data), walker.repaired
 
@@ -182,7 +190,8 @@ def load_body(data: bytes) -> tuple[Any, int]:
 
 
 def _label(value: str) -> str:
-    """A short string of a response (model name, finish reason), repaired and cut."""
+    """A short string of a response (model name, finish reason), repaired and cut (a response
+    that needs neither is left as it is: see bounded)."""
     return cut_text(repair_text(value)[0], 200)
 
 
@@ -225,12 +234,15 @@ def _finish(
     model = _opt_str(model, "model")
     raw, repaired = bounded(data)
     length = len(text)
-    text, _ = repair_text(text)
+    if raw is not data:  # something in it needed repair or cutting: the text may too
+        text = repair_text(text)[0]
+        finish_reason = _label(finish_reason) if finish_reason else None
+        model = _label(model) if model else ""
     return Reply(
         text=cut_text(text),
         usage=usage,
-        finish_reason=_label(finish_reason) if finish_reason else None,
-        model=_label(model) if model else "",
+        finish_reason=finish_reason or None,
+        model=model or "",
         raw=raw,
         repaired=repaired,
         length=length if length > MAX_REPLY_CHARS else None,
