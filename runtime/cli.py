@@ -184,6 +184,55 @@ def _cmd_instances(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check_game(args: argparse.Namespace) -> int:
+    import fnmatch
+
+    import yaml
+
+    from parley.environments import registry
+    from parley.runtime.checkgame import check_game
+    from parley.runtime.config import settings_problems
+
+    games = registry.all_games()
+    names: list[str] = []
+    for pattern in args.game:
+        matched = [name for name in games if fnmatch.fnmatchcase(name, pattern)]
+        if not matched:
+            console.print(f"[red]no game matches {pattern!r}; {registry.known_games_hint()}[/]")
+            return 2
+        names += [name for name in matched if name not in names]
+    values = {key: yaml.safe_load(value) for key, _, value in (s.partition("=") for s in args.set)}
+    failed = []
+    for name in names:
+        info = games[name]
+        assert info.settings is not None
+        problems = settings_problems(name, info.settings, values, "--set")
+        if problems:
+            console.print(f"[red]{ConfigError(problems)}[/]", highlight=False)
+            return 2
+        report = check_game(info, args.seeds, values)
+        table = Table(title=f"check-game {name} (seeds {', '.join(map(str, report.seeds))})")
+        for column in ("check", "result", "detail"):
+            table.add_column(column, overflow="fold")
+        style = {"pass": "green", "FAIL": "bold red", "exempt": "yellow"}
+        for result in report.results:
+            detail = result.detail + (f"\nexempt: {result.exempt}" if result.exempt else "")
+            table.add_row(result.name, f"[{style[result.status]}]{result.status}[/]", detail)
+        out = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+        out.print(table)
+        if args.verbose:
+            for note in report.notes:
+                out.print(f"  {note}", markup=False)
+        if not report.passed:
+            failed.append(name)
+    if len(names) > 1:
+        console.print(f"{len(names) - len(failed)} of {len(names)} games pass")
+    if failed:
+        console.print(f"[red]failed: {', '.join(failed)}[/]")
+        return 1
+    return 0
+
+
 def _cmd_games(args: argparse.Namespace) -> int:
     from parley.environments import registry
 
@@ -322,6 +371,25 @@ def build_parser() -> argparse.ArgumentParser:
     games = sub.add_parser("games", help="list the games and their roles")
     games.set_defaults(fn=_cmd_games)
 
+    check = sub.add_parser(
+        "check-game",
+        help="check that a game keeps the contract (determinism, oracle wins, garbage replies, "
+        "scores, observation data); exit 1 if not",
+    )
+    check.add_argument("game", nargs="+", help="game name or pattern, e.g. comma.wire or 'comma.*'")
+    check.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 to play (default 3)")
+    check.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SETTING=VALUE",
+        help="a game setting, e.g. --set variant=text",
+    )
+    check.add_argument(
+        "-v", "--verbose", action="store_true", help="also list what could not be checked"
+    )
+    check.set_defaults(fn=_cmd_check_game)
+
     instances = sub.add_parser(
         "instances", help="write a game's instances for seeds to JSONL (for instances_file:)"
     )
@@ -385,9 +453,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# The commands that list or play games: a game plugin that failed to load is named first.
+GAME_COMMANDS = ("run", "games", "check-game", "instances", "report")
+
+
+def _warn_broken_plugins() -> None:
+    from parley.environments import registry
+
+    for error in registry.plugin_errors():
+        console.print(f"[yellow]warning: {error}[/]", highlight=False, markup=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in GAME_COMMANDS:
+        _warn_broken_plugins()
     try:
         return int(args.fn(args) or 0)
     except ConfigError as exc:
