@@ -13,6 +13,10 @@ from pathlib import Path
 
 import aiomqtt
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from parley.bus import connect, topics
 from parley.bus.base import Delivery, Subscription
@@ -463,13 +467,9 @@ async def test_broker_killed_while_messages_flow_loses_only_what_it_had_accepted
 
 
 def _self_signed(folder: Path) -> tuple[Path, Path, Path]:
-    crypto = pytest.importorskip("cryptography")
-    del crypto
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
+    """A test CA and a server certificate for localhost it signed: (ca.pem, server.pem,
+    server.key). Made with ``cryptography`` (a dev dependency), so no openssl binary is needed
+    and the TLS test runs wherever the tests do."""
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "parley test CA")])
