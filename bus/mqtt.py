@@ -257,7 +257,7 @@ class MqttBus(Bus):
             kwargs["username"] = unquote(parsed.username)
         if parsed.password:
             kwargs["password"] = unquote(parsed.password)
-        names = {
+        names: dict[str, tuple[str, Callable[[str], Any]]] = {
             "client_id": ("client_id", str),
             "protocol": ("protocol", str),
             "keepalive": ("keepalive", int),
@@ -738,7 +738,7 @@ class MqttBus(Bus):
             return
         try:
             message = decode(
-                raw.payload, max_bytes=self.max_bytes, resolve_image=self.resolve_image
+                bytes(raw.payload), max_bytes=self.max_bytes, resolve_image=self.resolve_image
             )
         except CodecError as exc:
             self.stats.count_malformed(exc.reason)
@@ -799,7 +799,8 @@ class MqttBus(Bus):
         paho.manual_ack_set(True)
         paho.on_message = lambda c, u, m: self._on_paho_message(conn, c, u, m)
         paho.on_publish = lambda c, u, mid, rc, p: self._on_puback(conn, c, u, mid, rc, p)
-        aiomqtt_on_connect = paho.on_connect
+        # aiomqtt's handler, chained (mqtt_adapter checks that aiomqtt sets one).
+        aiomqtt_on_connect: Callable[..., None] = paho.on_connect  # type: ignore[assignment]
 
         def on_connect(c: Any, u: Any, flags: Any, reason: Any, props: Any = None) -> None:
             if props is not None and hasattr(props, "ReceiveMaximum"):
