@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from parley.environments import registry
 from parley.runtime.config import (
@@ -222,7 +222,16 @@ def _text_variant(
                 f"a text-only model needs {key}={value!r} but the block sets "
                 f"{key}={block.settings[key]!r}; remove the setting or use a model with images",
             )
-    return {**settings, **info.text_settings}
+    try:  # the text variant must fit the block's other settings (a set with text, say)
+        return info.resolve_settings({**settings, **info.text_settings})
+    except ValidationError as exc:
+        why = "; ".join(e["msg"].replace("Value error, ", "") for e in exc.errors())
+        raise _NeedsImages(
+            role,
+            model or "",
+            f"a text-only model needs the text variant, which these settings do not allow: "
+            f"{why}; change the settings or use a model with images",
+        ) from None
 
 
 def expand(config: ExperimentConfig) -> list[EpisodeSpec]:

@@ -120,3 +120,12 @@ def test_a_game_gives_a_model_or_defaults_and_its_text_variant_must_fit_the_mode
         _info(settings=_CountingSettings, default_settings={"target": 3})
     with pytest.raises(ValidationError):
         _info(settings=_CountingSettings, text_settings={"variant": "text"})
+
+
+def test_a_text_only_model_needs_a_text_variant_the_other_settings_allow() -> None:
+    data = _config("clem.reference", {"set": "pentomino"}, {"describer": "txt", "guesser": "txt"})
+    data["models"] = {"txt": {"model": "txt", "base_url": "http://127.0.0.1:9/v1", "images": False}}
+    problems = _problems(data)
+    value, expected = problems["games.0.pairings.0.describer"]
+    assert value == "txt"
+    assert "text variant" in expected and "'pentomino' has pictures only" in expected
