@@ -14,9 +14,9 @@ begun (its id), ``R`` a finished episode, ``D`` done (JSON: its loop lag), ``E``
 traceback). A worker that loses its parent stops its episodes and exits.
 
 A worker that dies before it is done is taken over: a fresh process plays its unfinished
-episodes, so the run still ends with every episode. An episode that was being played each time
-a worker died twice is not tried a third time: it is recorded as ``error`` with the reason, so
-one episode that kills its process cannot stall the run or kill every worker in turn.
+episodes, so the run still ends with every episode. An episode that keeps killing the process
+that plays it is found and recorded as ``error`` with the reason (see ``WorkerScheduler._keep``),
+so one such episode cannot stall the run or kill every worker in turn.
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ from parley.runtime.results import EncodedResult, ResultWriter
 from parley.runtime.scheduler import Progress, Scheduler, episode_options
 
 _FRAME = struct.Struct(">IB")
-# Deaths of the process playing an episode after which it is recorded as an error, not retried.
-MAX_DEATHS = 2
+# An episode in flight when this many processes died is played alone (then no other episode
+# can be the cause); one in flight at MAX_DEATHS deaths is recorded as an error, not retried.
+ALONE_AFTER_DEATHS = 2
+MAX_DEATHS = 3
 _HEADER = struct.Struct(">I")
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("parley.runtime.workers")
@@ -202,18 +204,20 @@ class WorkerScheduler:
         """Worker ``i``'s share played to the end: a worker that dies is replaced by a fresh
         process for its unfinished episodes, until they are all recorded.
 
-        The episodes that were being played when a process died are suspects: the next process
-        replays them one at a time first, so a second death names the one episode that caused
-        it (recorded as ``error``), and the innocent ones are played as usual.
+        The episodes that were being played when a process died are suspects. A process killed
+        from outside (out of memory, a signal) costs nothing more: its suspects are played again
+        with the rest. Episodes that were in flight at two deaths are played one at a time, each
+        alone in its process, before the rest; one that kills its process then is the cause,
+        and is recorded as ``error`` rather than played a fourth time.
         """
         while specs:
-            suspects = [s for s in specs if self._deaths.get(s.id)]
-            batch = suspects or specs
+            alone = [s for s in specs if self._deaths.get(s.id, 0) >= ALONE_AFTER_DEATHS]
+            batch = alone or specs
             begun: set[str] = set()
             run_job = {
                 **job,
                 "specs": [s.model_dump(mode="json") for s in batch],
-                "concurrency": 1 if suspects else job["concurrency"],
+                "concurrency": 1 if alone else job["concurrency"],
             }
             self._share[i] = (run_job["concurrency"], len(batch))
             self._update_running()
@@ -258,7 +262,10 @@ class WorkerScheduler:
         result = EpisodeResult(
             spec=spec,
             outcome="error",
-            reason=f"the worker process playing it died {MAX_DEATHS} times (exit code {code})",
+            reason=(
+                f"the worker process playing it died {MAX_DEATHS} times, the last time with "
+                f"no other episode in it (exit code {code})"
+            ),
             reason_code="exception",
             error=f"worker process exited with code {code} while playing this episode",
         )

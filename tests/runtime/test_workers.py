@@ -131,17 +131,18 @@ async def test_an_episode_that_kills_its_worker_twice_is_an_error_and_the_run_fi
     monkeypatch.setenv("PARLEY_TEST_CRASH", "1")
     outcome = await run_experiment(config, tmp_path / "run")
 
-    # Seed 5 goes to worker 1 (round robin); its process dies in it, a new one takes over, the
-    # suspects are replayed one at a time, and seed 5 kills that one too: it is given up.
+    # Seed 5 goes to worker 1 (round robin); its process dies in it, a new one takes over and
+    # dies in it again; then the episodes in flight both times are played alone, and seed 5,
+    # killing its process a third time, is given up.
     assert not outcome.errors
     by_seed = {r["seed"]: r for r in outcome.records}
     assert sorted(by_seed) == list(range(12))
     assert by_seed[5]["outcome"] == "error"
     assert by_seed[5]["reason_code"] == "exception"
-    assert "died 2 times" in by_seed[5]["reason"]
+    assert "died 3 times" in by_seed[5]["reason"]
     assert all(r["outcome"] == "success" for seed, r in by_seed.items() if seed != 5)
     run = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert [t["worker"] for t in run["takeovers"]] == [1, 1]
+    assert [t["worker"] for t in run["takeovers"]] == [1, 1, 1]
     assert run["takeovers"][-1]["given_up"] == [by_seed[5]["episode"]]
     assert all(t["exit_code"] == 3 for t in run["takeovers"])
 
