@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -87,6 +87,21 @@ def summary_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[st
     return header, rows
 
 
+def ending_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+    """Per game and pairing: how many episodes ended with each reason code (``–``: a record
+    from before reason codes whose ending only its game knew)."""
+    groups: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    for r in records:
+        groups[(r["game"], pairing_label(r))][r.get("reason_code") or "–"] += 1
+    codes = sorted({code for counts in groups.values() for code in counts})
+    header = ["game", "pairing", *codes]
+    rows = [
+        [game, pairing, *(str(counts[c]) if counts[c] else "" for c in codes)]
+        for (game, pairing), counts in sorted(groups.items())
+    ]
+    return header, rows
+
+
 def build_report(run_dir: str | Path) -> str:
     """The Markdown report of a run folder."""
     from parley.environments import registry
@@ -96,6 +111,8 @@ def build_report(run_dir: str | Path) -> str:
     parts = [f"# Report: {path.name}", "", f"{len(records)} episodes.", ""]
     header, rows = summary_rows(records)
     parts += ["## Outcomes by game and pairing", "", markdown_table(header, rows), ""]
+    header, rows = ending_rows(records)
+    parts += ["## Endings by reason code", "", markdown_table(header, rows), ""]
     families: dict[str, list[dict[str, Any]]] = defaultdict(list)
     games = registry.all_games()
     for r in records:

@@ -13,7 +13,7 @@ import tests.runtime.faulty_game  # noqa: F401  (registers test.counter)
 from parley.environments import registry
 from parley.environments.base import ReasonCode, Scores
 from parley.runtime.config import load_config
-from parley.runtime.report import build_report, summary_rows
+from parley.runtime.report import build_report, ending_rows, summary_rows
 from parley.runtime.results import main_score, read_records
 from parley.runtime.scheduler import run_experiment
 from tests.runtime.faulty_game import CounterMaster
@@ -91,6 +91,10 @@ async def test_records_carry_schema_code_main_score_and_role_results(tmp_path: P
             assert sorted(results.values()) in (["loss", "win"], ["draw", "draw"])
             assert (results["player"] == "win") == (r["outcome"] == "success")
         assert r["main_score"] is not None and 0 <= r["main_score"] <= 100
+    codes = {r["reason_code"] for r in on_disk}
+    header, rows = ending_rows(on_disk)
+    assert header == ["game", "pairing", *sorted(codes)]
+    assert sum(int(cell or 0) for cell in rows[0][2:]) == 3
 
 
 @pytest.mark.anyio
@@ -132,4 +136,6 @@ def test_records_of_an_older_run_still_read_and_report(tmp_path: Path) -> None:
         "solver=scripted, expert=scripted": "100.0",
     }
     report = build_report(run)
+    # Endings by code: the old codes derived where the runtime set them, unknown ones shown so.
+    assert "| game | pairing | timeout | – |" in report
     assert "## COMMA" in report and "| main: solver \\ expert | scripted |" in report
