@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
@@ -221,7 +222,7 @@ def redacted(config: ExperimentConfig) -> dict[str, Any]:
     return data
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: Mapping[str, Any]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
         return "unknown field; remove it or check its spelling"

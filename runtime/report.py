@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -49,7 +49,7 @@ def pairing_label(record: dict[str, Any]) -> str:
     return ", ".join(f"{role}={who}" for role, who in record["pairing"].items())
 
 
-def mean(values: list[float]) -> float | None:
+def mean(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     return sum(vals) / len(vals) if vals else None
 
