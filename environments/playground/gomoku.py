@@ -138,11 +138,13 @@ def has_five(board: list[int], square: int) -> bool:
 
 class Searcher:
     """Negamax with alpha-beta over the ``width`` most promising moves, forced replies to
-    fours, and a pattern evaluation kept up to date line by line."""
+    fours, and a pattern evaluation kept up to date line by line. ``nodes`` counts the
+    positions searched (what a move costs, independent of the machine)."""
 
     def __init__(self, board: list[int], width: int = 10) -> None:
         self.board = list(board)
         self.width = width
+        self.nodes = 0
         self.scores = [line_scores(self._text(i)) for i in range(len(LINES))]
         self.total = [0, sum(s[0] for s in self.scores), sum(s[1] for s in self.scores)]
 
@@ -192,6 +194,7 @@ class Searcher:
         return self.total[me] - self.total[3 - me]
 
     def negamax(self, me: int, depth: int, alpha: float, beta: float) -> float:
+        self.nodes += 1
         moves, why = self._moves(me)
         if why == "win":
             return WIN + depth
