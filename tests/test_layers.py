@@ -35,7 +35,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     "runtime": frozenset(SUBPACKAGES),
     "parley": frozenset(),  # the root's neutral modules
 }
-SCANNED = (*SUBPACKAGES, "parley", "tests", "benchmarks")
+SCANNED = (*SUBPACKAGES, "parley", "tests", "benchmarks", "examples")
 
 
 def modules(folder: str, root: Path = ROOT) -> Iterator[Path]:
