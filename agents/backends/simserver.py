@@ -208,6 +208,7 @@ class SimServer:
         self.peak_in_flight = 0
         self.peak_queued = 0
         self.running = 0
+        self.peak_running = 0
         self.waiting = 0
         # How late the server's own loop runs (started by serve()): a benchmark whose replies
         # come late because the stand-in server is short of CPU should be able to tell.
@@ -255,6 +256,7 @@ class SimServer:
                 "in_flight": self.in_flight,
                 "peak_in_flight": self.peak_in_flight,
                 "peak_queued": self.peak_queued,
+                "peak_running": self.peak_running,
                 "loop_lag": self.lag.summary() if self.lag is not None else None,
             }
         )
@@ -285,6 +287,7 @@ class SimServer:
         self.stats.clear()
         self.peak_in_flight = self.in_flight
         self.peak_queued = 0
+        self.peak_running = self.running
         if self.lag is not None:
             self.lag.samples.clear()
         return web.json_response({"ok": True})
@@ -408,6 +411,7 @@ class SimServer:
         else:
             await self.slots.acquire()
         self.running += 1
+        self.peak_running = max(self.peak_running, self.running)
 
     def _free(self) -> None:
         self.running -= 1
