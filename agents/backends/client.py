@@ -12,6 +12,7 @@ about a millisecond of CPU per call — the budget of a whole turn at 1000 reque
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import email.utils
 import json
@@ -385,6 +386,15 @@ class Endpoint:
 
     def __init__(self, url: str, backend: Backend, spec: ModelSpec, api_key: str | None) -> None:
         self.url = url
+        # How records, stats and spans name it: a password in the URL masked.
+        parsed = yarl.URL(url)
+        self.label = str(parsed.with_password("***")) if parsed.password else url
+        # What of the URL's credentials may come back in a server's error: the password, and
+        # the Basic authorization made of them.
+        self.credentials: tuple[str, ...] = ()
+        if parsed.password:
+            basic = base64.b64encode(f"{parsed.user or ''}:{parsed.password}".encode()).decode()
+            self.credentials = (parsed.password, basic)
         self.backend = backend
         self.spec = spec
         c = spec.concurrency
@@ -444,7 +454,7 @@ class Endpoint:
 
     def stats(self) -> dict[str, Any]:
         return {
-            "url": self.url,
+            "url": self.label,
             "limit": self.limiter.current,
             "peak_in_flight": self.limiter.peak,
             "shrinks": self.limiter.shrinks,
@@ -497,7 +507,8 @@ class ModelClient:
         # Header values (an Authorization header of the config) are secrets as much as the key.
         # (Short values such as "1" would mask ordinary words of error messages.)
         header_values = [v.split()[-1] for v in spec.headers.values() if len(v.strip()) >= 6]
-        self.secrets = tuple(s for s in (*secrets, *header_values) if s)
+        credentials = [c for e in endpoints for c in e.credentials]
+        self.secrets = tuple(s for s in (*secrets, *header_values, *credentials) if s)
         self.tracer = tracer or (lambda: trace.get_tracer("parley.agents"))
         self.unavailable = unavailable
         self._rng = random.Random()
@@ -542,7 +553,7 @@ class ModelClient:
         while True:
             attempt += 1
             endpoint = self.pick()
-            record: dict[str, Any] = {"attempt": attempt, "endpoint": endpoint.url}
+            record: dict[str, Any] = {"attempt": attempt, "endpoint": endpoint.label}
             if attempt == 1 and notes:
                 record.update(notes)
             calls.append(record)
@@ -604,7 +615,7 @@ class ModelClient:
                         "gen_ai.provider.name": self.backend.provider,
                         "gen_ai.request.model": spec.model,
                         "gen_ai.request.max_tokens": int(body.get("max_tokens") or 0),
-                        "server.address": endpoint.url,
+                        "server.address": endpoint.label,
                         "parley.model": self.name,
                         "parley.attempt": int(record["attempt"]),
                     }

@@ -4,6 +4,7 @@ that cannot be reached is one line naming the URL and the cause, and leaves no f
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import pytest
@@ -50,7 +51,15 @@ async def test_headers_and_passwords_are_masked_in_config_and_records(tmp_path: 
             {
                 "name": "masked",
                 "bus": f"mqtt://bob:{BUS_PASSWORD}@127.0.0.1:1883",
-                "games": [{**GAME, "pairings": [{"solver": "m", "expert": "scripted"}]}],
+                "games": [
+                    {
+                        **GAME,
+                        "pairings": [
+                            {"solver": "m", "expert": "scripted"},
+                            {"solver": "pw", "expert": "scripted"},
+                        ],
+                    }
+                ],
                 "models": {
                     "m": {
                         "model": "solver-m",
@@ -58,24 +67,31 @@ async def test_headers_and_passwords_are_masked_in_config_and_records(tmp_path: 
                         "headers": {"Authorization": f"Bearer {HEADER_SECRET}"},
                         "images": False,
                     },
-                    # Declared, not played: its URL's password must not be written either.
-                    "other": {"model": "x", "base_url": f"http://user:{BUS_PASSWORD}@h/v1"},
+                    # A password in a base URL: masked in config.yaml and call records.
+                    "pw": {
+                        "model": "solver-m",
+                        "base_url": sim.openai_url.replace("//", f"//user:{BUS_PASSWORD}@"),
+                        "http": "httpx",
+                        "images": False,
+                    },
                 },
             }
         )
         # The local bus for the run itself; the config's bus URL is still written.
         outcome = await run_experiment(config, tmp_path, bus_url="local")
-        assert sim.stats()["unauthorised"] == 1  # the header was sent
-    (record,) = outcome.records
-    assert "auth 401" in record["reason"] and "***" in record["reason"]
+        assert sim.stats()["unauthorised"] == 2  # the header was sent, and the URL's password
+    by_solver = {r["pairing"]["solver"]: r for r in outcome.records}
+    assert "auth 401" in by_solver["m"]["reason"] and "***" in by_solver["m"]["reason"]
+    assert "auth 401" in by_solver["pw"]["reason"]
     written = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert written["bus"] == "mqtt://bob:***@127.0.0.1:1883"
     assert written["models"]["m"]["headers"] == {"Authorization": "***"}
-    assert written["models"]["other"]["base_urls"] == ["http://user:***@h/v1"]
+    assert written["models"]["pw"]["base_urls"][0].startswith("http://user:***@127.0.0.1:")
     for path in tmp_path.rglob("*"):
         if path.is_file():
             text = path.read_text(encoding="utf-8", errors="replace")
             assert HEADER_SECRET not in text and BUS_PASSWORD not in text, path
+            assert base64.b64encode(f"user:{BUS_PASSWORD}".encode()).decode() not in text
 
 
 def test_an_unreachable_broker_is_one_line_and_leaves_no_folder(
