@@ -77,7 +77,7 @@ def repair_text(text: str) -> tuple[str, int]:
     that cannot be written as UTF-8. Halves of one pair that arrived apart (two streamed
     chunks) are joined back into their character.
 
-    >>> repair_text("cut wire one \ud800 please")
+    >>> repair_text("cut wire one \\ud800 please")
     ('cut wire one \ufffd please', 1)
     """
     if _SURROGATE.search(text) is None:
@@ -167,8 +167,8 @@ def bounded(data: dict[str, Any], limit: int = MAX_REPLY_CHARS) -> tuple[dict[st
 
 
 def load_body(data: bytes) -> tuple[Any, int]:
-    """A response body parsed as JSON, and how many of its bytes were not UTF-8 (each run of
-    them read as U+FFFD); raises :class:`BadResponse` when it is not JSON.
+    """A response body parsed as JSON, and how many characters were read as U+FFFD because
+    their bytes were not UTF-8; raises :class:`BadResponse` when it is not JSON.
 
     orjson first (several times less CPU); the standard library for what orjson refuses (NaN,
     huge integers, lone surrogates), so that a body is refused only when it is not JSON at all.
