@@ -318,7 +318,7 @@ async def test_the_same_run_over_mosquitto_gives_identical_results(
                 ]
             },
             "games.0.settings.max_turn",
-            "settings: max_turns",
+            "not a setting of comma.wire; its settings: variant, max_turns, max_mistakes",
         ),
         (
             {
