@@ -340,6 +340,9 @@ class EpisodeRunner:
 
     def _actor_failed(self, actor: Actor, exc: BaseException) -> None:
         who = actor.agent.role if isinstance(actor, _AgentActor) else "game master"
+        calls = getattr(exc, "calls", None)  # a model call that gave up (ModelUnavailable)
+        if calls and isinstance(actor, _AgentActor) and not self.done.done():
+            self._count_calls(who, calls)
         self.fail(f"{who} failed: {type(exc).__name__}: {exc}", exc)
 
     def _finish(self, outcome: str, reason: str, code: ReasonCode | None) -> None:

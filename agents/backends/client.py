@@ -65,7 +65,12 @@ def _dumps(value: Any) -> bytes:
 class ModelUnavailable(RuntimeError):
     """A model call that cannot succeed: gave up after retries, a refusal that retrying cannot
     fix (400, 401…), a missing API key, a server that never came up. Raised from the policy,
-    it ends the episode as ``error`` with this message as the reason."""
+    it ends the episode as ``error`` with this message as the reason; ``calls`` holds the
+    record of each attempt (the episode counts them in ``model_calls``)."""
+
+    def __init__(self, message: str, calls: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.calls = calls or []
 
 
 @dataclass
@@ -573,7 +578,7 @@ class ModelClient:
                     or attempt >= spec.retry.max_attempts
                     or elapsed + delay > spec.retry.max_elapsed_s
                 ):
-                    raise ModelUnavailable(self._give_up(calls, elapsed, failure)) from None
+                    raise ModelUnavailable(self._give_up(calls, elapsed, failure), calls) from None
                 record["backoff_s"] = round(delay, 3)
                 await asyncio.sleep(delay)
                 continue

@@ -66,6 +66,24 @@ async def test_wrong_shapes_are_retried_as_bad_responses(
     assert all(named in c["error"] for c in failed), failed
 
 
+async def test_a_model_that_only_sends_wrong_shapes_gives_up_counted(
+    sim: SimServerProcess, tmp_path: Path
+) -> None:
+    sim.configure(
+        faults=[{"kind": "body", "models": ["solver-m"], "body": WRONG_SHAPES["usage_lots"]}]
+    )
+    models = {
+        "solver": model(sim, "solver-m", images=False, retry={**FAST_RETRY, "max_attempts": 3})
+    }
+    config = wire_config(models, [{"solver": "solver", "expert": "scripted"}], seeds=[0])
+    (record,) = await play(config, tmp_path)
+    assert record["outcome"] == "error"
+    assert "gave up after 3 attempts" in record["reason"] and "bad_response" in record["reason"]
+    calls = record["model_calls"]["solver"]
+    assert calls["requests"] == 1 and calls["attempts"] == 3
+    assert calls["retries"] == {"bad_response": 3}
+
+
 def _solver_only(sim: SimServerProcess, reply: str) -> None:
     sim.configure(
         models={"solver-m": {"text": reply}, "expert-m": {"text": "Cut wire 1."}}, faults=[]
