@@ -147,3 +147,33 @@ def test_docs_games_quotes_the_example_exactly() -> None:
         assert code == (ROOT / path).read_text().rstrip("\n"), (
             f"docs/games.md quotes {path} differently: copy the file into the doc"
         )
+
+
+def test_a_report_section_that_fails_to_load_leaves_a_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tests.runtime.faulty_game  # noqa: F401  (registers test.counter, family "test")
+    from parley.runtime.cli import main
+    from parley.runtime.report import ReportSectionError, family_report
+
+    site = tmp_path / "site"
+    info = site / "broken_report-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-report\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[parley.reports]\ntest = not_a_report_module:report\n")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(ReportSectionError, match="not_a_report_module:report"):
+        family_report("test")
+
+    config = tmp_path / "counter.yaml"
+    config.write_text(
+        "name: counter\ngames:\n  - game: test.counter\n    seeds: [0, 1]\n"
+        "    pairings: [{counter: scripted}]\n"
+    )
+    assert main(["run", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    report = (tmp_path / "run" / "report.md").read_text()
+    assert "## Outcomes by game and pairing" in report
+    assert (
+        "> the report section of 'test' (parley.reports: not_a_report_module:report) failed "
+        "to load: ModuleNotFoundError: No module named 'not_a_report_module'" in report
+    )
