@@ -46,7 +46,7 @@ class GameInfo:
     players: dict[str, dict[str, PlayFn]] = field(default_factory=dict)
     description: str = ""
     text_only: bool = False
-    settings: type[Settings] | None = None
+    settings: type[Settings] = Settings
     default_settings: dict[str, Any] = field(default_factory=dict)
     text_settings: dict[str, Any] | None = None
     offload_players: bool = False
@@ -61,9 +61,10 @@ class GameInfo:
 
     def __post_init__(self) -> None:
         model = self.settings
-        if model is None:
+        if self.default_settings and model is Settings:
             model = settings_model(self.name, self.default_settings)
-        elif self.default_settings:
+        elif self.default_settings and self.default_settings != model().model_dump(mode="json"):
+            # (Equal ones are this info's own, as dataclasses.replace passes them on.)
             raise ValueError(f"{self.name}: give a settings model or default_settings, not both")
         # Frozen: the derived fields are set once, here.
         object.__setattr__(self, "settings", model)
@@ -74,7 +75,6 @@ class GameInfo:
     def resolve_settings(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The settings episodes get: ``values`` validated by the game's model, defaults filled
         in, as a JSON-able dict (raises ``pydantic.ValidationError``)."""
-        assert self.settings is not None
         return self.settings.model_validate(dict(values)).model_dump(mode="json")
 
     def offloads(self, settings: dict[str, Any]) -> bool:

@@ -114,7 +114,6 @@ def _check_block(
                     f"not a role of {block.game}; roles: {', '.join(info.roles)}",
                 )
             )
-    assert info.settings is not None
     settings_wrong = settings_problems(
         block.game, info.settings, block.settings, f"{where}.settings"
     )

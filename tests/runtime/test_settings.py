@@ -3,6 +3,7 @@ episode runs, and the games get the validated values with every default filled i
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -115,9 +116,11 @@ def _info(**fields: Any) -> GameInfo:
 
 
 def test_a_game_gives_a_model_or_defaults_and_its_text_variant_must_fit_the_model() -> None:
-    assert _info(settings=_CountingSettings).default_settings == {"target": 3}
+    info = _info(settings=_CountingSettings)
+    assert info.default_settings == {"target": 3}
+    assert dataclasses.replace(info, description="again").settings is _CountingSettings
     with pytest.raises(ValueError, match="not both"):
-        _info(settings=_CountingSettings, default_settings={"target": 3})
+        _info(settings=_CountingSettings, default_settings={"target": 4})
     with pytest.raises(ValidationError):
         _info(settings=_CountingSettings, text_settings={"variant": "text"})
 
