@@ -212,8 +212,12 @@ async def play_episode(
     for role in info.roles:
         player = players[role]
         if isinstance(player, str):
-            kind = "random" if player == "random" else "scripted"
-            spec = PlayerSpec(kind=kind, name=None if player == kind else player)
+            # A named player ("oracle") is of the scripted kind, as in a config's pairing.
+            spec = (
+                PlayerSpec(kind="random")
+                if player == "random"
+                else PlayerSpec(kind="scripted", name=None if player == "scripted" else player)
+            )
             policy = make_policy(spec, role, info, f"{key}:{role}", {})
         else:
             policy = builtin_policy("check", player, random.Random(f"{key}:{role}"))
@@ -485,11 +489,11 @@ def _scores_problem(played: Played) -> str:
     main = scores.main
     if main is not None and not _number(main):
         return f"main score {main!r} is not a number"
-    empty = main is None or math.isnan(main)
-    if played.outcome == "aborted" and not empty:
-        return f"aborted with main score {main!r} (must be None)"
-    if not empty and not 0 <= main <= 100:
-        return f"main score {main!r} outside 0–100"
+    if main is not None and not math.isnan(main):
+        if played.outcome == "aborted":
+            return f"aborted with main score {main!r} (must be None)"
+        if not 0 <= main <= 100:
+            return f"main score {main!r} outside 0–100"
     for key, value in scores.items():
         if value is not None and not _number(value):
             return f"score {key}={value!r} is not a number"
