@@ -176,9 +176,11 @@ class CommaGameMaster(GameMaster):
 
     def __init__(self, instance: dict[str, Any], settings: dict[str, Any] | None = None) -> None:
         super().__init__(instance, settings)
-        self.max_turns = int(self.settings.get("max_turns", 10))
-        self.max_mistakes = int(self.settings.get("max_mistakes", 3))
-        self.variant = str(self.settings.get("variant", "image"))
+        # The runtime passes validated settings; built directly (a test), defaults fill in here.
+        settings = self.puzzle_cls.settings.model_validate(self.settings)
+        self.max_turns = settings.max_turns
+        self.max_mistakes = settings.max_mistakes
+        self.variant = settings.variant
         self.puzzle = self.puzzle_cls()
         self.puzzle.reset(instance)
         self.turn = 0
