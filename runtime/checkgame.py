@@ -36,7 +36,7 @@ import random
 import re
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from typing import Any
 
@@ -154,9 +154,9 @@ class Step:
     incoming: list[str]
     legal_actions: list[str]
     reply: str
-    # Every text the role has been shown in the episode up to this turn: its system prompt,
-    # observations, feedback, messages received, legal actions.
-    shown: str = ""
+    # How many of the texts the role was shown in the episode (``Played.seen[role]``) it had
+    # seen by this turn, this turn's included.
+    seen: int = 0
 
     def signature(self) -> tuple[Any, ...]:
         """Everything about the turn that must repeat with the same seed."""
@@ -183,7 +183,14 @@ class Played:
     role_results: dict[str, str] = field(default_factory=dict)
     scores: Scores | None = None
     steps: list[Step] = field(default_factory=list)
+    # Per role, every text it was shown, in order: system prompt, observations, feedback,
+    # messages received, legal actions.
+    seen: dict[str, list[str]] = field(default_factory=dict)
     error: str = ""  # the traceback of an exception
+
+    def shown(self, step: Step) -> str:
+        """All the text ``step``'s role had been shown by then."""
+        return "\n".join(self.seen[step.role][: step.seen])
 
     def describe(self) -> str:
         return f"{self.outcome} ({self.reason})" if self.reason else self.outcome
@@ -222,7 +229,7 @@ async def play_episode(
         else:
             policy = builtin_policy("check", player, random.Random(f"{key}:{role}"))
         agents[role] = Agent(role, policy, memory_key=f"{key}:{role}", record_prompts=False)
-    seen: dict[str, list[str]] = {role: [] for role in info.roles}
+    seen = played.seen = {role: [] for role in info.roles}
     gm = None
     try:
         gm = info.game_master(instance, settings)
@@ -266,7 +273,7 @@ async def play_episode(
                     [m.text for m in turn.incoming],
                     list(turn.legal_actions),
                     response.text,
-                    "\n".join(seen[turn.role]),
+                    len(seen[turn.role]),
                 )
             )
             # As the runtime does: a reply is cut to its limit before the game sees it.
@@ -545,10 +552,12 @@ class _Checker:
                 error="".join(traceback.format_exception(exc)),
             )
         played = await play_episode(self.info, instance, settings, players, key)
-        if played.outcome in ("success", "lost", "aborted"):
-            self.ended.append(played)
         for step in played.steps:
-            unshown_leaves(step.role, step.observation, step.shown, self.data, self.otherwise)
+            shown = played.shown(step)
+            unshown_leaves(step.role, step.observation, shown, self.data, self.otherwise)
+        if played.outcome in ("success", "lost", "aborted"):
+            # The ending only: long games' steps (with their images) would add up.
+            self.ended.append(replace(played, steps=[], seen={}))
         return played
 
     async def run(self) -> GameReport:
