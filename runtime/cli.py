@@ -91,7 +91,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 ticker.cancel()
                 live.stop()
 
-    outcome = event_loop.run(main())
+    try:
+        outcome = event_loop.run(main())
+    except Exception as exc:
+        failure = recording_failure(exc)
+        if failure is None:
+            raise
+        console.print(f"[red]{failure}[/]", highlight=False, soft_wrap=True)
+        console.print(
+            f"[yellow]the run stopped; every episode recorded before is whole. Once the folder "
+            f"can be written again, continue with: parley run {args.config} --out {out} "
+            f"--resume[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return 1
     report = write_report(outcome.folder.path)
     header, rows = summary_rows(outcome.records)
     table = Table(title=f"run {outcome.run_id}")
@@ -120,6 +134,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         return 130
     return 0
+
+
+def recording_failure(exc: BaseException) -> BaseException | None:
+    """The :class:`RecordingFailed` behind ``exc`` (itself, or inside an exception group)."""
+    from parley.runtime.results import RecordingFailed
+
+    if isinstance(exc, RecordingFailed):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = recording_failure(inner)
+            if found is not None:
+                return found
+    return None
 
 
 async def bus_problem(url: str, timeout_s: float = 10.0) -> str | None:

@@ -8,9 +8,14 @@ written before they moved.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
+import logging
 import os
+import re
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +31,34 @@ from parley.records import read_records as read_records
 from parley.records import upgrade as upgrade
 from parley.runtime.config import ConfigError, ExperimentConfig, redacted
 from parley.runtime.episode import EpisodeResult
+
+log = logging.getLogger("parley.runtime.results")
+# An image part in a transcript line names its image by hash.
+_IMAGE_REF = re.compile(rb'"sha256":\s*"([0-9a-f]{64})"')
+
+
+class RecordingFailed(RuntimeError):
+    """The run folder could not be written (a full disk, an I/O error). The run stops at once;
+    what was recorded before stays, and ``--resume`` goes on once the folder can be written."""
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` whole or not at all: a temporary file, fsynced, renamed."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, indent=2).encode()
 
 
 class RunFolder(RecordedRun):
@@ -61,43 +94,89 @@ class RunFolder(RecordedRun):
                         )
                     ]
                 )
-            folder._compact()
+            meta = folder._read_meta(config)
+            folder.images.mkdir(exist_ok=True)
+            folder._compact(torn_images=folder._check_images())
         else:
             folder.path.mkdir(parents=True, exist_ok=True)
             run_id = f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
             meta = {"run": run_id, "created": time.time(), "name": config.name}
-            meta_file.write_text(json.dumps(meta, indent=2))
-        meta = json.loads(meta_file.read_text())
         meta["planned"] = planned
-        meta_file.write_text(json.dumps(meta, indent=2))
-        (folder.path / "config.yaml").write_text(
+        atomic_write(meta_file, _json_bytes(meta))
+        atomic_write(
+            folder.path / "config.yaml",
             # Secrets masked: the folder is shared with the results (runtime/config.py).
-            yaml.safe_dump(redacted(config), sort_keys=False)
+            yaml.safe_dump(redacted(config), sort_keys=False).encode(),
         )
         folder.images.mkdir(exist_ok=True)
         folder._known_images = {p.stem for p in folder.images.glob("*.png")}
         return folder
+
+    def _read_meta(self, config: ExperimentConfig) -> dict[str, Any]:
+        """``run.json``; one left torn by an older version on a full disk is rebuilt from the
+        records (their run id), so the folder still resumes."""
+        meta_file = self.path / "run.json"
+        try:
+            meta = json.loads(meta_file.read_text())
+            if isinstance(meta, dict) and isinstance(meta.get("run"), str):
+                return meta
+        except (OSError, ValueError):
+            pass
+        records = self.records()
+        run_id = records[0]["run"] if records else f"{config.name}-recovered-{os.urandom(2).hex()}"
+        log.warning("run.json in %s was unreadable; rebuilt it for run %s", self.path, run_id)
+        return {"run": run_id, "created": time.time(), "name": config.name, "recovered": True}
+
+    def _check_images(self) -> set[str]:
+        """Remove images whose bytes do not match their hash (torn by a crash mid-write in an
+        older version) and leftover temporary files; the hashes of the removed images."""
+        torn: set[str] = set()
+        for tmp in self.images.glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+        for image in self.images.glob("*.png"):
+            if hashlib.sha256(image.read_bytes()).hexdigest() != image.stem:
+                torn.add(image.stem)
+                image.unlink()
+        if torn:
+            log.warning(
+                "%d torn images in %s: their episodes are played again", len(torn), self.path
+            )
+        return torn
 
     def note(self, **fields: Any) -> None:
         """Add ``fields`` to ``run.json`` (e.g. the event-loop lag a run saw)."""
         meta_file = self.path / "run.json"
         meta = json.loads(meta_file.read_text())
         meta.update(fields)
-        meta_file.write_text(json.dumps(meta, indent=2))
+        atomic_write(meta_file, _json_bytes(meta))
 
-    def _compact(self) -> None:
-        """Rewrite ``episodes.jsonl`` with one line per finished episode: drops torn lines and
-        the records of cancelled episodes, which a resumed run plays again."""
+    def _compact(self, torn_images: set[str] | None = None) -> None:
+        """Rewrite ``episodes.jsonl`` with one line per finished episode, dropping torn lines,
+        the records of cancelled episodes and those whose images were torn (a resumed run plays
+        them again); then cut ``transcripts.jsonl`` after the last byte a kept record uses, so a
+        line torn by a crash is not continued."""
         if not self.episodes.exists():
             return
         kept = [r for r in self.records() if r["outcome"] in FINISHED]
-        tmp = self.episodes.with_suffix(".jsonl.tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            for record in kept:
-                f.write(json.dumps(record) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.episodes)
+        if torn_images:
+            kept = [r for r in kept if not self._uses_images(r, torn_images)]
+        atomic_write(self.episodes, b"".join(json.dumps(r).encode() + b"\n" for r in kept))
+        if self.transcripts.exists():
+            ranges = [r["transcript"] for r in kept if r.get("transcript")]
+            end = max((int(w["offset"]) + int(w["length"]) for w in ranges), default=0)
+            if self.transcripts.stat().st_size > end:
+                with self.transcripts.open("r+b") as f:
+                    f.truncate(end)
+                    os.fsync(f.fileno())
+
+    def _uses_images(self, record: dict[str, Any], shas: set[str]) -> bool:
+        where = record.get("transcript")
+        if not where:
+            return False
+        with self.transcripts.open("rb") as f:
+            f.seek(int(where["offset"]))
+            chunk = f.read(int(where["length"]))
+        return any(m.group(1).decode() in shas for m in _IMAGE_REF.finditer(chunk))
 
 
 @dataclass
@@ -117,6 +196,39 @@ class EncodedResult:
         lines = b"".join(encode(m, inline_images=False) + b"\n" for m in result.transcript)
         return cls(result.record(run), lines, result.images)
 
+    @classmethod
+    def safely(cls, result: EpisodeResult, run: str) -> EncodedResult:
+        """:meth:`of`, or, for an episode whose record cannot be encoded, an ``error`` record
+        that says why (what it played to, the cause), so the run records it and goes on."""
+        try:
+            encoded = cls.of(result, run)
+            json.dumps(encoded.record)
+            return encoded
+        except Exception as exc:
+            log.warning("episode %s could not be recorded as played: %s", result.spec.id, exc)
+            return cls.of(unrecordable(result, exc), run)
+
+
+def unrecordable(result: EpisodeResult, exc: BaseException) -> EpisodeResult:
+    """An ``error`` result in place of ``result``, whose record or transcript cannot be encoded
+    (keeps what is sure to encode: timings, turns, tokens; the transcript is dropped)."""
+    detail = f"{type(exc).__name__}: {str(exc)[:300]}".encode("utf-8", "replace").decode()
+    return EpisodeResult(
+        spec=result.spec,
+        outcome="error",
+        reason=(
+            f"the episode played to {result.outcome!r} but its record could not be written "
+            f"({detail}); its transcript is not kept"
+        ),
+        reason_code="exception",
+        turns=result.turns,
+        started_at=result.started_at,
+        finished_at=result.finished_at,
+        model_time_s=result.model_time_s,
+        tokens=result.tokens,
+        error="".join(traceback.format_exception_only(exc)).encode("utf-8", "replace").decode(),
+    )
+
 
 class ResultWriter:
     """Writes finished episodes; ``await write(result)`` returns once its line is fsynced.
@@ -125,11 +237,18 @@ class ResultWriter:
     writer's own task, a slice at a time (page-cache writes take microseconds; a writer thread
     would convoy on the GIL); only ``fsync`` runs in a thread, once per batch of whatever
     finished meanwhile. The run's metrics are fed from here too, off the episode's own path.
+
+    Each episode is encoded on its own: one that cannot be becomes an ``error`` record saying
+    why (:meth:`EncodedResult.safely`). A failure to write the folder (a full disk) fails this
+    write and every later one with :class:`RecordingFailed`, at once: the run stops, and what
+    was fsynced before is whole. Images are written to a temporary file, fsynced and renamed
+    before any record that uses them is written.
     """
 
     def __init__(self, folder: RunFolder, run: str) -> None:
         self.folder = folder
         self.run = run
+        self.failure: RecordingFailed | None = None
         self._pending: list[tuple[EpisodeResult | EncodedResult, asyncio.Future[None]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -141,20 +260,55 @@ class ResultWriter:
         self._task = asyncio.create_task(self._loop(), name="result-writer")
 
     async def write(self, result: EpisodeResult | EncodedResult) -> None:
+        if self.failure is not None:
+            raise self.failure
         future = asyncio.get_running_loop().create_future()
         self._pending.append((result, future))
         self._wake.set()
         await future
 
+    def _encode(self, result: EpisodeResult | EncodedResult) -> EncodedResult:
+        try:
+            if isinstance(result, EpisodeResult):
+                tracing.record_episode(result)  # the run's metrics
+            elif result.metrics is not None:
+                tracing.record_summary(result.metrics)
+        except Exception:  # metrics are not worth an episode
+            log.exception("could not count an episode in the run's metrics")
+        if isinstance(result, EpisodeResult):
+            return EncodedResult.safely(result, self.run)
+        return result
+
+    def _stage_images(self, batch: list[EncodedResult]) -> dict[str, Path]:
+        """Write the batch's new images to temporary files (renamed once synced)."""
+        staged: dict[str, Path] = {}
+        for result in batch:
+            for sha, data in result.images.items():
+                if sha in self.folder._known_images or sha in staged:
+                    continue
+                tmp = self.folder.images / f".{sha}.png.tmp"
+                tmp.write_bytes(data)
+                staged[sha] = tmp
+        return staged
+
+    def _publish_images(self, staged: dict[str, Path]) -> None:
+        """(In a thread.) Make the staged images durable under their names."""
+        for tmp in staged.values():
+            with tmp.open("rb") as f:
+                os.fsync(f.fileno())
+        for sha, tmp in staged.items():
+            os.replace(tmp, self.folder.image_path(sha))
+        directory = os.open(self.folder.images, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
     def _write(self, result: EncodedResult) -> None:
-        for sha, data in result.images.items():
-            if sha not in self.folder._known_images:
-                self.folder.image_path(sha).write_bytes(data)
-                self.folder._known_images.add(sha)
         offset = self._transcripts.tell()
-        self._transcripts.write(result.transcript)
         record = result.record
         record["transcript"] = {"offset": offset, "length": len(result.transcript)}
+        self._transcripts.write(result.transcript)
         self._file.write(json.dumps(record) + "\n")
 
     async def _loop(self) -> None:
@@ -165,27 +319,44 @@ class ResultWriter:
             batch, self._pending = self._pending, []
             if batch:
                 try:
+                    encoded = []
                     for result, _ in batch:
-                        if isinstance(result, EpisodeResult):
-                            tracing.record_episode(result)  # the run's metrics
-                            result = EncodedResult.of(result, self.run)
-                        elif result.metrics is not None:
-                            tracing.record_summary(result.metrics)
-                        self._write(result)
+                        encoded.append(self._encode(result))
                         await pacer.breathe()
+                    staged = self._stage_images(encoded)
+                    if staged:
+                        await asyncio.to_thread(self._publish_images, staged)
+                        self.folder._known_images.update(staged)
+                    for result in encoded:
+                        self._write(result)
                     self._transcripts.flush()
                     self._file.flush()
                     await asyncio.to_thread(self._sync)
+                except Exception as exc:
+                    self._fail(exc, batch)
+                    return
                 except BaseException as exc:
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
+                    self._fail(exc, batch)
                     raise
                 for _, future in batch:
                     if not future.done():
                         future.set_result(None)
             if self._closing and not self._pending:
                 return
+
+    def _fail(
+        self,
+        exc: BaseException,
+        batch: list[tuple[EpisodeResult | EncodedResult, asyncio.Future[None]]],
+    ) -> None:
+        """Stop writing: this batch, what waits and what comes later all fail loudly."""
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        self.failure = RecordingFailed(f"cannot write the run folder {self.folder.path}: {cause}")
+        self.failure.__cause__ = exc
+        waiting, self._pending = self._pending, []
+        for _, future in [*batch, *waiting]:
+            if not future.done():
+                future.set_exception(self.failure)
 
     def _sync(self) -> None:
         os.fsync(self._transcripts.fileno())
@@ -196,5 +367,7 @@ class ResultWriter:
         self._wake.set()
         if self._task is not None:
             await self._task
-        self._file.close()
-        self._transcripts.close()
+        # After a failed write the buffers may still hold bytes that cannot be written.
+        for file in (self._file, self._transcripts):
+            with contextlib.suppress(OSError):
+                file.close()

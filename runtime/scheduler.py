@@ -23,7 +23,7 @@ from parley.runtime.config import ExperimentConfig
 from parley.runtime.episode import EpisodeOptions, EpisodeResult, EpisodeRunner
 from parley.runtime.experiment import EpisodeSpec, expand
 from parley.runtime.launch import open_models
-from parley.runtime.results import ResultWriter, RunFolder
+from parley.runtime.results import RecordingFailed, ResultWriter, RunFolder
 
 if TYPE_CHECKING:
     from parley.runtime.workers import WorkerScheduler
@@ -130,7 +130,12 @@ class Scheduler:
             self.progress.running -= 1
 
     async def _record(self, result: EpisodeResult) -> None:
-        await self.writer.write(result)
+        try:
+            await self.writer.write(result)
+        except RecordingFailed:
+            # Nothing more can be recorded: end the run now (run_experiment raises the failure).
+            self.stop()
+            return
         self.progress.count(result.outcome, result.turns)
         if self.on_result is not None:
             self.on_result(result)
@@ -238,6 +243,8 @@ async def run_experiment(
             models = await stack.enter_async_context(open_models(config.models, folder.path, todo))
             options.models = models  # one pool of model clients for every episode
             await scheduler.run(run_span)
+            if writer.failure is not None:
+                raise writer.failure
     finally:
         run_span.end()
         lag = await probe.stop()

@@ -49,7 +49,7 @@ from parley.observability.tracing import Tracing, span_context
 from parley.runtime.config import ExperimentConfig
 from parley.runtime.episode import EpisodeOptions, EpisodeResult
 from parley.runtime.experiment import EpisodeSpec
-from parley.runtime.results import EncodedResult, ResultWriter
+from parley.runtime.results import EncodedResult, RecordingFailed, ResultWriter
 from parley.runtime.scheduler import Progress, Scheduler, episode_options
 
 _FRAME = struct.Struct(">IB")
@@ -344,7 +344,12 @@ class WorkerScheduler:
         self.progress.running = sum(min(c, left) for c, left in self._share)
 
     async def _record(self, result: EncodedResult) -> None:
-        await self.writer.write(result)
+        try:
+            await self.writer.write(result)
+        except RecordingFailed:
+            # Nothing more can be recorded: end the run now (run_experiment raises the failure).
+            self.stop()
+            return
         self.progress.count(result.record["outcome"], int(result.record.get("turns", 0)))
 
 
@@ -376,7 +381,7 @@ class _FrameSink:
         while True:
             result, future = await self._queue.get()
             try:
-                encoded = EncodedResult.of(result, self.run)
+                encoded = EncodedResult.safely(result, self.run)
                 # The parent keeps the run's metrics: it has CPU to spare, the workers do not.
                 if self.metrics:
                     encoded.metrics = episode_summary(result)

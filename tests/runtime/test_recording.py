@@ -1,0 +1,173 @@
+"""Recording that cannot die silently: a record that cannot be encoded, a full disk, torn files."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from parley.bus.messages import TurnResponse
+from parley.runtime.config import load_config
+from parley.runtime.episode import EpisodeResult
+from parley.runtime.experiment import expand
+from parley.runtime.results import ResultWriter, RunFolder
+from parley.runtime.scheduler import run_experiment
+from tests.conftest import require
+
+pytestmark = pytest.mark.anyio
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wire_config(count: int, name: str = "rec") -> dict:
+    return {
+        "name": name,
+        "tracing": {"enabled": False},
+        "games": [
+            {
+                "game": "comma.wire",
+                "seeds": {"start": 0, "count": count},
+                "pairings": [{"solver": "scripted", "expert": "scripted"}],
+            }
+        ],
+    }
+
+
+def every_line_parses(path: Path) -> int:
+    lines = path.read_bytes().splitlines()
+    for line in lines:
+        json.loads(line)
+    return len(lines)
+
+
+async def test_a_record_that_cannot_be_encoded_becomes_an_error_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    config = load_config(wire_config(3))
+    specs = expand(config)
+    folder = RunFolder.prepare(tmp_path / "run", config, resume=False, planned=3)
+    writer = ResultWriter(folder, folder.run_id)
+    writer.start()
+
+    def result(spec_index: int, text: str) -> EpisodeResult:
+        spec = specs[spec_index]
+        reply = TurnResponse(
+            run=folder.run_id, episode=spec.id, sender="solver", role="solver", text=text
+        )
+        return EpisodeResult(spec=spec, outcome="success", turns=1, transcript=[reply])
+
+    # A lone surrogate cannot be encoded as UTF-8: the middle episode's transcript is unwritable.
+    for r in [result(0, "cut wire 1"), result(1, "cut wire \ud800 one"), result(2, "cut wire 2")]:
+        await writer.write(r)
+    await writer.close()
+
+    records = {r["episode"]: r for r in folder.records()}
+    assert len(records) == 3
+    bad = records[specs[1].id]
+    assert bad["outcome"] == "error" and bad["reason_code"] == "exception"
+    assert "could not be written" in bad["reason"] and "'success'" in bad["reason"]
+    for good in (specs[0].id, specs[2].id):
+        assert records[good]["outcome"] == "success"
+        (message,) = folder.iter_transcript(good)
+        assert message["text"].startswith("cut wire")
+    assert every_line_parses(folder.episodes) == 3
+    every_line_parses(folder.transcripts)
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str) -> Iterator[Path]:
+    path.mkdir(parents=True, exist_ok=True)
+    mounted = (
+        os.geteuid() == 0
+        and subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+        ).returncode
+        == 0
+    )
+    require(mounted, "mounting a small tmpfs (root) to fill a disk for real")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+
+def parley(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "parley.runtime.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,  # a hang fails here instead of blocking the suite
+    )
+
+
+def test_a_full_disk_stops_the_run_loudly_and_it_resumes_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    count = 150
+    config_file = tmp_path / "full.yaml"
+    config_file.write_text(yaml.safe_dump({**wire_config(count, "full"), "concurrency": 16}))
+    with small_disk(tmp_path / f"disk-{uuid.uuid4().hex[:6]}", "400k") as disk:
+        out = disk / "run"
+        full = parley("run", str(config_file), "--out", str(out))
+        assert full.returncode == 1, full.stderr[-2000:]
+        assert "cannot write the run folder" in full.stderr
+        assert "No space left on device" in full.stderr
+        assert "--resume" in full.stderr and "Traceback" not in full.stderr
+        recorded = RunFolder(out).records()
+        assert 0 < len(recorded) < count  # stopped part-way, with what it had kept
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        resumed = parley("run", str(config_file), "--out", str(out), "--resume")
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        folder = RunFolder(out)
+        records = folder.records()
+        assert sorted(r["seed"] for r in records) == list(range(count))
+        assert {r["outcome"] for r in records} == {"success"}
+        assert every_line_parses(folder.episodes) == count  # no torn line, none twice
+        every_line_parses(folder.transcripts)
+        for record in records:
+            assert list(folder.iter_transcript(record["episode"]))
+        assert json.loads((out / "run.json").read_text())["run"] == folder.run_id
+
+
+async def test_torn_images_run_json_and_transcript_are_repaired_on_resume(tmp_path: Path) -> None:
+    config = load_config(wire_config(6))
+    out = tmp_path / "run"
+    first = await run_experiment(config, out)
+    run_id = first.run_id
+    images = sorted((out / "images").glob("*.png"))
+    assert images
+    torn = images[0]
+    torn.write_bytes(torn.read_bytes()[:100])  # cut short, as a crash mid-write left it
+    (out / "run.json").write_text("")  # emptied, as a full disk left it
+    with (out / "transcripts.jsonl").open("ab") as f:
+        f.write(b'{"kind": "turn_req')  # a torn last line
+    users = [
+        r["episode"]
+        for r in first.records
+        if any(
+            part.get("sha256") == torn.stem
+            for message in RunFolder(out).iter_transcript(r["episode"])
+            for part in message.get("content") or []
+        )
+    ]
+    assert users
+
+    resumed = await run_experiment(config, out, resume=True)
+
+    assert resumed.run_id == run_id
+    assert resumed.progress.done == len(users)  # only the episodes that showed the torn image
+    assert hashlib.sha256(torn.read_bytes()).hexdigest() == torn.stem
+    assert sorted(r["seed"] for r in resumed.records) == list(range(6))
+    assert every_line_parses(out / "transcripts.jsonl") > 0
+    assert not list((out / "images").glob(".*.tmp"))
