@@ -90,6 +90,21 @@ def test_the_example_plugin_is_listed_checked_played_and_reported(
     assert "## Guess the number" in report
     assert re.search(r"\| guesser=scripted, keeper=scripted \| 6 \| 100\.0 \| \d\.\d \|", report)
 
+    # The plugin's settings model validates a config before anything runs.
+    bad = ("--set", "games.0.settings.max_guesses=abc")
+    typo = parley(
+        "run",
+        str(EXAMPLE / "guess.yaml"),
+        "--out",
+        str(tmp_path / "no"),
+        *bad,
+        path=installed,
+        COLUMNS="400",
+    )
+    assert typo.returncode == 2 and not (tmp_path / "no").exists()
+    assert "games.0.settings.max_guesses: got 'abc'" in typo.stderr
+    assert "guess.number takes max_guesses: int" in typo.stderr
+
 
 def test_the_example_plugin_is_not_there_uninstalled() -> None:
     games = parley("games")
