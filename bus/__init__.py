@@ -62,5 +62,5 @@ def connect(url: str | None = None, **options: object) -> Bus:
     if parsed.scheme in ("mqtt", "mqtts"):
         from parley.bus.mqtt import MqttBus
 
-        return MqttBus.from_url(url, **options)  # type: ignore[arg-type]
+        return MqttBus.from_url(url, **options)
     raise ValueError(f"unknown bus URL {url!r}: use 'local' or mqtt://host:port")

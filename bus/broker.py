@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Self
+from typing import IO, Self
 
 PROJECT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "mosquitto.conf"
 DEFAULT_HOST = "127.0.0.1"
@@ -152,7 +152,7 @@ class BrokerProcess:
         self.log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
         self._cleanup = cleanup
-        self._log_file = None
+        self._log_file: IO[bytes] | None = None
 
     @property
     def url(self) -> str:

@@ -7,7 +7,7 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
-from parley.bus.base import Bus, Delivery
+from parley.bus.base import Bus, Delivery, Subscription
 from parley.observability import tracing
 
 log = logging.getLogger("parley.runtime")
@@ -49,7 +49,7 @@ class ActorHost:
         task = asyncio.create_task(self._feed(actor, sub, on_error), name=f"actor:{actor.inbox}")
         self._tasks[actor] = task
 
-    async def _feed(self, actor: Actor, sub, on_error: ErrorHandler) -> None:  # type: ignore[no-untyped-def]
+    async def _feed(self, actor: Actor, sub: Subscription, on_error: ErrorHandler) -> None:
         try:
             async for delivery in sub:
                 try:

@@ -23,6 +23,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from parley.runtime.config import load_config
     from parley.runtime.report import summary_rows, write_report
     from parley.runtime.scheduler import RunOutcome, Scheduler, run_experiment
+    from parley.runtime.workers import WorkerScheduler
 
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
     config = load_config(args.config, overrides)
@@ -32,7 +33,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if problem is not None:
         console.print(f"[red]{problem}[/]", highlight=False, soft_wrap=True)
         return 1
-    state: dict[str, Scheduler] = {}
+    state: dict[str, Scheduler | WorkerScheduler] = {}
 
     def status() -> Table:
         table = Table.grid(padding=(0, 2))

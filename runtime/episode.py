@@ -28,6 +28,7 @@ from parley.bus.messages import (
     TurnRequest,
     TurnResponse,
     Utterance,
+    Visibility,
 )
 from parley.environments import registry
 from parley.environments.base import Event, GameMaster, Observation, ReasonCode, Scores
@@ -533,7 +534,7 @@ class EpisodeRunner:
             turn=self.requests,
             event="note",
             from_role="gm",
-            visibility="public",
+            visibility=Visibility.PUBLIC,
             content=[TextPart(text=text)],
         )
 

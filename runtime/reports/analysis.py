@@ -394,7 +394,7 @@ def errors_text(run_dir: Path, limit: int = 20) -> str:
 def judge_text(run_dir: Path, verdicts: list[Any]) -> str:
     """Judge verdicts per model, and how often they agree with the rules' primary category."""
     by_episode = {r["episode"]: r for r in read_records(run_dir)}
-    rules = {}
+    rules: dict[str, Any] = {}
     for path in [run_dir / "errors.jsonl"]:
         if path.exists():
             for line in path.read_text(encoding="utf-8").splitlines():

@@ -240,7 +240,7 @@ def mapworld_extra(record: dict[str, Any], messages: list[dict[str, Any]], html_
         if "new" in data:
             path.append(tuple(data["new"]))
     image = html_dir / f"{record['episode']}.path.png"
-    image.write_bytes(render_path(layout, path))  # type: ignore[arg-type]
+    image.write_bytes(render_path(layout, path))
     moves = len(path) - 1
     visited = len(set(path))
     caption = (
