@@ -213,6 +213,13 @@ def _cmd_instances(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(value: str) -> int:
+    number = int(value) if value.isdigit() else 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return number
+
+
 def _cmd_check_game(args: argparse.Namespace) -> int:
     import fnmatch
 
@@ -406,7 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
         "scores, observation data); exit 1 if not",
     )
     check.add_argument("game", nargs="+", help="game name or pattern, e.g. comma.wire or 'comma.*'")
-    check.add_argument("--seeds", type=int, default=3, help="seeds 0..N-1 to play (default 3)")
+    check.add_argument(
+        "--seeds", type=_positive, default=3, help="seeds 0..N-1 to play (default 3)"
+    )
     check.add_argument(
         "--set",
         action="append",
