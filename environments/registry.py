@@ -109,6 +109,35 @@ def register(info: GameInfo) -> GameInfo:
     return info
 
 
+@dataclass(frozen=True)
+class PluginError:
+    """A game module that failed to import: which, from where, and why (one line each)."""
+
+    name: str
+    module: str
+    source: str  # "entry point parley.games" or "PARLEY_PLUGINS"
+    error: str
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return (
+            f"game plugin {self.name!r} ({self.source}: {self.module}) failed to load: {self.error}"
+        )
+
+
+_ERRORS: list[PluginError] = []
+
+
+def _plugin_modules() -> list[tuple[str, str, str]]:
+    """(name, module, source) of every game module to import, entry points first."""
+    found = [
+        (ep.name, ep.value, f"entry point {GAMES_GROUP}")
+        for ep in sorted(entry_points(group=GAMES_GROUP), key=lambda ep: (ep.value, ep.name))
+    ]
+    hacks = [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
+    return found + [(module, module, PLUGINS_ENV) for module in hacks]
+
+
 @cache
 def _load_plugins() -> None:
     import traceback
@@ -142,35 +171,6 @@ def get(name: str) -> GameInfo:
     if name not in games:
         raise KeyError(f"unknown game {name!r}; {known_games_hint()}")
     return games[name]
-@dataclass(frozen=True)
-class PluginError:
-    """A game module that failed to import: which, from where, and why (one line each)."""
-
-    name: str
-    module: str
-    source: str  # "entry point parley.games" or "PARLEY_PLUGINS"
-    error: str
-    traceback: str = ""
-
-    def __str__(self) -> str:
-        return (
-            f"game plugin {self.name!r} ({self.source}: {self.module}) failed to load: {self.error}"
-        )
-
-
-_ERRORS: list[PluginError] = []
-
-
-def _plugin_modules() -> list[tuple[str, str, str]]:
-    """(name, module, source) of every game module to import, entry points first."""
-    found = [
-        (ep.name, ep.value, f"entry point {GAMES_GROUP}")
-        for ep in sorted(entry_points(group=GAMES_GROUP), key=lambda ep: (ep.value, ep.name))
-    ]
-    hacks = [m.strip() for m in os.environ.get(PLUGINS_ENV, "").split(",") if m.strip()]
-    return found + [(module, module, PLUGINS_ENV) for module in hacks]
-
-
 
 
 def known_games_hint() -> str:
