@@ -106,11 +106,6 @@ def test_the_example_plugin_is_listed_checked_played_and_reported(
     assert "guess.number takes max_guesses: int" in typo.stderr
 
 
-def test_the_example_plugin_is_not_there_uninstalled() -> None:
-    games = parley("games")
-    assert games.returncode == 0 and "guess.number" not in games.stdout
-
-
 def _broken_plugin(site: Path) -> None:
     """A package installed by hand (its dist-info written out) whose module fails to import."""
     site.mkdir()
