@@ -56,9 +56,10 @@ MAX_REPLIES = 2_000  # an episode that has not ended after this many replies nev
 # result shows in the detail), so an exemption that is no longer needed is visible.
 EXEMPTIONS: dict[tuple[str, str], str] = {
     ("playground.chess.e2e", "deterministic"): (
-        "the Stockfish opponent's moves vary between runs even at a fixed stockfish_depth: "
-        "its search time depends on the machine's load, and pooled engines keep their search "
-        "tables from one move (and episode) to the next"
+        "the Stockfish opponent's moves vary between runs: a time-limited search depends on "
+        "the machine's load, and even at a fixed stockfish_depth a pooled engine's hash table "
+        "carries over from earlier moves and episodes (clearing it before each move made "
+        "depth-limited play repeat in a trial)"
     ),
     **{
         (f"playground.{game}.e2e", "oracle wins"): (
