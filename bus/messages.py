@@ -223,6 +223,60 @@ class Control(Envelope):
     reason: str = ""
 
 
+class EndpointStatus(BaseModel):
+    """One model endpoint as a :class:`RunStatus` shows it: its adaptive limit, load, recent
+    latency and what went wrong (counts since the process started)."""
+
+    model: str  # the registry names served by this endpoint, comma-separated
+    url: str  # credentials masked
+    limit: int = 0
+    in_flight: int = 0
+    latency_p50_s: float | None = None  # over the latest successful requests
+    latency_p99_s: float | None = None
+    requests: int = 0  # attempts sent
+    rate_limited: int = 0  # attempts answered 429
+    retries: int = 0  # failed attempts that were tried again
+    errors: int = 0  # requests given up (the episode ended as ``error``)
+
+
+class RunStatus(Envelope):
+    """A process of a run → observers, about once a second (retained): how far the run is.
+
+    ``process`` is ``main`` (the whole run) or ``w0``, ``w1`` … (one worker process);
+    ``planned`` counts every episode of the run for ``main`` (``skipped`` of them were finished
+    before a ``--resume``), and the episodes a worker holds for a worker. Rates are over the
+    last ~10 s; ``eta_s`` is None until an episode has ended; ``cost_usd`` is None when no
+    model of the run has a ``price:`` in USD. ``final`` marks the last status of a process.
+    """
+
+    kind: Literal["run_status"] = "run_status"
+    process: str
+    pid: int
+    name: str
+    started_at: float
+    updated_at: float
+    planned: int = 0
+    done: dict[str, int] = Field(default_factory=dict)  # by outcome
+    running: int = 0
+    failed: int = 0
+    skipped: int = 0
+    paused: bool = False
+    turns_per_s: float = 0.0
+    requests_per_s: float = 0.0
+    tokens: dict[str, int] = Field(default_factory=lambda: {"input": 0, "output": 0})
+    cost_usd: float | None = None
+    eta_s: float | None = None
+    endpoints: list[EndpointStatus] = Field(default_factory=list)
+    loop_lag_ms: dict[str, float] = Field(default_factory=dict)  # p50, p99, max
+    folder: str | None = None
+    final: bool = False
+
+    @property
+    def finished(self) -> int:
+        """Episodes ended in this process, whatever their outcome."""
+        return sum(self.done.values())
+
+
 class Job(Envelope):
     """Coordinator → workers: play this episode."""
 
@@ -246,6 +300,7 @@ Message = Annotated[
     | EpisodeStarted
     | EpisodeFinished
     | Control
+    | RunStatus
     | Job
     | JobResult,
     Field(discriminator="kind"),
@@ -262,6 +317,7 @@ KINDS: frozenset[str] = frozenset(
         EpisodeStarted,
         EpisodeFinished,
         Control,
+        RunStatus,
         Job,
         JobResult,
     )

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from parley.bus.messages import (
     Control,
+    EndpointStatus,
     EpisodeFinished,
     EpisodeStarted,
     ImagePart,
@@ -15,6 +16,7 @@ from parley.bus.messages import (
     JobResult,
     Outcome,
     PromptMessage,
+    RunStatus,
     StateUpdate,
     TextPart,
     TranscriptEvent,
@@ -123,6 +125,39 @@ episode_finished = st.builds(
 controls = st.builds(
     Control, command=st.sampled_from(["pause", "resume", "abort"]), reason=texts, **envelope()
 )
+endpoint_statuses = st.builds(
+    EndpointStatus,
+    model=texts,
+    url=texts,
+    limit=st.integers(0, 4096),
+    in_flight=st.integers(0, 4096),
+    latency_p50_s=st.none() | finite,
+    latency_p99_s=st.none() | finite,
+    requests=st.integers(0, 10**9),
+    rate_limited=st.integers(0, 10**9),
+)
+counts = st.dictionaries(st.sampled_from([o.value for o in Outcome]), st.integers(0, 10**6))
+run_statuses = st.builds(
+    RunStatus,
+    process=ids,
+    pid=st.integers(1, 2**22),
+    name=ids,
+    started_at=finite,
+    updated_at=finite,
+    planned=st.integers(0, 10**6),
+    done=counts,
+    running=st.integers(0, 10**5),
+    paused=st.booleans(),
+    turns_per_s=finite,
+    tokens=st.fixed_dictionaries({"input": st.integers(0, 10**9), "output": st.integers(0, 10**9)}),
+    cost_usd=st.none() | finite,
+    eta_s=st.none() | finite,
+    endpoints=st.lists(endpoint_statuses, max_size=3),
+    loop_lag_ms=st.dictionaries(st.sampled_from(["p50", "p99", "max"]), finite),
+    folder=st.none() | texts,
+    final=st.booleans(),
+    **envelope(),
+)
 jobs = st.builds(Job, spec=json_objects, attempt=st.integers(1, 10), **envelope())
 job_results = st.builds(JobResult, record=json_objects, **envelope())
 
@@ -134,6 +169,7 @@ messages = st.one_of(
     episode_started,
     episode_finished,
     controls,
+    run_statuses,
     jobs,
     job_results,
 )

@@ -32,6 +32,7 @@ KIND_STRATEGIES = {
     "episode_started": S.episode_started,
     "episode_finished": S.episode_finished,
     "control": S.controls,
+    "run_status": S.run_statuses,
     "job": S.jobs,
     "job_result": S.job_results,
 }
