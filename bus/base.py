@@ -218,6 +218,9 @@ class Bus(ABC):
         self.router = Router()
         self.stats = BusStats()
         self.closed = False
+        # The retained message of each topic (MQTT semantics, kept for this process's own
+        # subscribers on every transport): a later subscription gets them first.
+        self.retained: dict[str, Message] = {}
 
     async def deliver_local(self, topic: str, message: Message) -> None:
         """Hand ``message`` to every matching subscriber in this process, waiting for room."""
@@ -228,13 +231,46 @@ class Bus(ABC):
 
     @abstractmethod
     async def publish(
-        self, topic: str, message: Message, *, qos: int = 1, local: bool = False
+        self,
+        topic: str,
+        message: Message,
+        *,
+        qos: int = 1,
+        local: bool = False,
+        retain: bool = False,
     ) -> None:
         """Send ``message`` to every subscriber whose filter matches ``topic``.
 
         ``local=True``: only to this process's subscribers (a broker transport sends nothing
-        on) — for messages between actors that all live here.
+        on) — for messages between actors that all live here. ``retain=True``: the message
+        stays the topic's retained one, which every later subscription whose filter matches
+        receives first (MQTT semantics; over MQTT the broker keeps it for other processes),
+        until the next retained publish or :meth:`clear_retained`.
         """
+
+    async def clear_retained(self, topic: str) -> None:
+        """Forget ``topic``'s retained message; subscribers receive nothing for it.
+
+        Example: ``await bus.clear_retained(topics.state(run, episode))`` when an episode ends.
+        """
+        topics.check_topic(topic)
+        self.retained.pop(topic, None)
+
+    def _retain(self, topic: str, message: Message) -> None:
+        self.retained[topic] = message
+
+    def _replay_retained(self, sub: Subscription) -> None:
+        """Hand a new subscription the retained messages its filter matches."""
+        if not self.retained:
+            return
+        if not topics.is_wildcard(sub.filter):
+            message = self.retained.get(sub.filter)
+            if message is not None:
+                sub.mailbox.put_nowait(Delivery(sub.filter, message))
+            return
+        for topic, message in list(self.retained.items()):
+            if topics.matches(sub.filter, topic):
+                sub.mailbox.put_nowait(Delivery(topic, message))
 
     def outage_s(self) -> float:
         """Seconds this bus has spent cut off from its broker so far, the current outage
@@ -266,6 +302,7 @@ class Bus(ABC):
         topics.check_filter(topic_filter)
         sub = Subscription(self, topic_filter, maxsize, local)
         self.router.add(sub)
+        self._replay_retained(sub)
         if not local:
             self._on_subscribe(sub)
         return sub
@@ -281,6 +318,7 @@ class Bus(ABC):
         for sub in [*self.router.wildcard, *(s for v in self.router.exact.values() for s in v)]:
             sub.mailbox.close()
         self.router = Router()
+        self.retained = {}
 
     async def __aenter__(self) -> Self:
         return self

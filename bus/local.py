@@ -11,14 +11,22 @@ class LocalBus(Bus):
     """Subscribers receive the very object that was published (treat messages as immutable).
 
     A full subscriber mailbox makes ``publish`` wait, so a slow subscriber slows its publisher
-    and nothing is dropped.
+    and nothing is dropped. Retained messages live in :attr:`Bus.retained` (MQTT semantics).
     """
 
     async def publish(
-        self, topic: str, message: Message, *, qos: int = 1, local: bool = False
+        self,
+        topic: str,
+        message: Message,
+        *,
+        qos: int = 1,
+        local: bool = False,
+        retain: bool = False,
     ) -> None:
         if self.closed:
             raise BusClosed("bus is closed")
         topics.check_topic(topic)
         self.stats.published += 1
+        if retain:
+            self._retain(topic, message)
         await self.deliver_local(topic, message)

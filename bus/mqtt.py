@@ -81,6 +81,7 @@ class _Outgoing:
     payload: bytes
     qos: int
     properties: Properties | None
+    retain: bool = False
     sent: bool = False
 
 
@@ -393,35 +394,38 @@ class MqttBus(Bus):
     # -- publishing -----------------------------------------------------------------------------
 
     async def publish(
-        self, topic: str, message: Message, *, qos: int = 1, local: bool = False
+        self,
+        topic: str,
+        message: Message,
+        *,
+        qos: int = 1,
+        local: bool = False,
+        retain: bool = False,
     ) -> None:
         """Deliver to this process's subscribers and send to the broker (QoS 1: until acked).
 
         Returns once the message is in every local mailbox and on its way to the broker; waits
         while ``max_inflight`` publishes are unacknowledged (also while disconnected).
-        ``local=True`` skips the broker.
+        ``local=True`` skips the broker. ``retain=True`` sets the MQTT retain flag: the broker
+        keeps the message for later subscribers (and this bus keeps it for its own).
         """
         if self.closed:
             raise BusClosed("bus is closed")
         topics.check_topic(topic)
         if qos not in (0, 1, 2):
             raise ValueError(f"qos must be 0, 1 or 2, not {qos!r}")
+        if retain:
+            self._retain(topic, message)
         if local:
             self.stats.published += 1
             await self.deliver_local(topic, message)
             return
         payload = encode(message, inline_images=self.inline_images, max_bytes=self.max_bytes)
-        self._ensure_started()
-        while len(self._pending) >= self.max_inflight:
-            await self._wait_for_space()
-            if self.closed:
-                raise BusClosed("bus is closed")
-        if self.protocol != ProtocolVersion.V5:
-            self._remember((topic, message.id), own=True)  # no no_local: the broker echoes it
-        self._seq += 1
-        self._pending[self._seq] = _Outgoing(topic, payload, qos, self._properties(message))
-        self._unsent.append(self._seq)
-        self._pump()
+        if self.protocol != ProtocolVersion.V5 or retain:
+            # No no_local (MQTT 3), or a retained message the broker hands back to a later
+            # subscription of ours: recognise it by id (local subscribers have it already).
+            self._remember((topic, message.id), own=True)
+        await self._send(_Outgoing(topic, payload, qos, self._properties(message), retain))
         self.stats.published += 1
         await self.deliver_local(topic, message)
         # publish returns without waiting while the window has room; let the event loop run
@@ -430,6 +434,26 @@ class MqttBus(Bus):
         if self._unyielded >= 256 * 1024:
             self._unyielded = 0
             await asyncio.sleep(0)
+
+    async def clear_retained(self, topic: str) -> None:
+        """Publish an empty retained payload, which makes the broker forget the topic's retained
+        message; subscribers that receive it (live ones) drop it silently."""
+        if self.closed:
+            raise BusClosed("bus is closed")
+        await super().clear_retained(topic)
+        await self._send(_Outgoing(topic, b"", 1, None, retain=True))
+
+    async def _send(self, outgoing: _Outgoing) -> None:
+        """Queue ``outgoing`` in the pending table (in order) and send what the window allows."""
+        self._ensure_started()
+        while len(self._pending) >= self.max_inflight:
+            await self._wait_for_space()
+            if self.closed:
+                raise BusClosed("bus is closed")
+        self._seq += 1
+        self._pending[self._seq] = outgoing
+        self._unsent.append(self._seq)
+        self._pump()
 
     def _properties(self, message: Message) -> Properties | None:
         if self.protocol != ProtocolVersion.V5:
@@ -479,7 +503,9 @@ class MqttBus(Bus):
             if entry is None:
                 self._unsent.popleft()
                 continue
-            info = paho.publish(entry.topic, entry.payload, entry.qos, properties=entry.properties)
+            info = paho.publish(
+                entry.topic, entry.payload, entry.qos, entry.retain, properties=entry.properties
+            )
             if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
                 return  # the connection is going down: the next one sends it
             self._unsent.popleft()
@@ -736,6 +762,8 @@ class MqttBus(Bus):
                 "dropped a message whose topic is not UTF-8: %r", mqtt_adapter.raw_topic(raw)
             )
             return
+        if not raw.payload:
+            return  # a retained message cleared (clear_retained): nothing to deliver
         try:
             message = decode(
                 bytes(raw.payload), max_bytes=self.max_bytes, resolve_image=self.resolve_image

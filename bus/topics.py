@@ -8,7 +8,7 @@ from functools import lru_cache
 
 ROOT = "parley"
 _ID = re.compile(r"^[A-Za-z0-9_.:@=-]{1,128}$")
-CHANNELS = ("agent", "gm", "events", "state")
+CHANNELS = ("agent", "gm", "events", "state", "control")
 
 
 class TopicError(ValueError):
@@ -100,6 +100,31 @@ def results(run: str) -> str:
     return f"{ROOT}/{run}/results"
 
 
+def control(run: str) -> str:
+    """Run-level :class:`~parley.bus.messages.Control` (``pause``, ``resume``)."""
+    return f"{ROOT}/{run}/control"
+
+
+def episode_control(run: str, episode: str) -> str:
+    """Episode-level :class:`~parley.bus.messages.Control` (``abort``)."""
+    return f"{ROOT}/{run}/{episode}/control"
+
+
+def all_episode_control(run: str) -> str:
+    """Filter for the control topics of every episode of a run."""
+    return f"{ROOT}/{run}/+/control"
+
+
+def status(run: str, process: str) -> str:
+    """The retained :class:`RunStatus` of one process of a run (``main``, ``w0`` …)."""
+    return f"{ROOT}/{run}/status/{process}"
+
+
+def all_states(run: str) -> str:
+    """Filter for the state of every episode of a run."""
+    return f"{ROOT}/{run}/+/state"
+
+
 def jobs(run: str) -> str:
     return f"{ROOT}/{run}/jobs"
 
@@ -125,10 +150,13 @@ def parse(topic: str) -> Topic:
     if len(levels) < 3 or levels[0] != ROOT:
         raise TopicError(f"{topic!r} is not a parley topic (parley/<run>/...)")
     run = levels[1]
-    if len(levels) == 3 and levels[2] in ("results", "jobs"):
+    if len(levels) == 3 and levels[2] in ("results", "jobs", "control"):
         return Topic(run=run, episode=None, channel=levels[2])
-    if len(levels) == 4 and levels[3] in ("gm", "events", "state"):
+    if len(levels) == 4 and levels[3] in ("gm", "events", "state", "control"):
         return Topic(run=run, episode=levels[2], channel=levels[3])
+    if len(levels) == 4 and levels[2] == "status":
+        # A process's status; ``role`` holds the process name (main, w0 …).
+        return Topic(run=run, episode=None, channel="status", role=levels[3])
     if len(levels) == 5 and levels[3] == "agent":
         return Topic(run=run, episode=levels[2], channel="agent", role=levels[4])
     raise TopicError(f"{topic!r} does not follow parley/<run>/<episode>/<channel>")

@@ -99,11 +99,24 @@ class TracedBus(Bus):
 
     # --- publishing -------------------------------------------------------------------------------
 
+    @property
+    def retained(self) -> dict[str, Message]:  # type: ignore[override]
+        return self.inner.retained
+
+    async def clear_retained(self, topic: str) -> None:
+        await self.inner.clear_retained(topic)
+
     async def publish(
-        self, topic: str, message: Message, *, qos: int = 1, local: bool = False
+        self,
+        topic: str,
+        message: Message,
+        *,
+        qos: int = 1,
+        local: bool = False,
+        retain: bool = False,
     ) -> None:
         if not tracing.enabled():
-            await self.inner.publish(topic, message, qos=qos, local=local)
+            await self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
             return
         current = trace.get_current_span()
         if current.get_span_context().is_valid:
@@ -112,11 +125,11 @@ class TracedBus(Bus):
             remote = tracing.span_context(message.traceparent)
             parent = NonRecordingSpan(remote) if remote is not None else None
         if parent is None:
-            await self.inner.publish(topic, message, qos=qos, local=local)
+            await self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
             return
         if message.kind not in self.span_kinds or not tracing.message_spans():
             message.traceparent = tracing.inject(parent)
-            await self.inner.publish(topic, message, qos=qos, local=local)
+            await self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
             return
         span = tracing.tracer().start_span(
             f"publish {tracing.topic_template(topic)}",
@@ -127,7 +140,7 @@ class TracedBus(Bus):
         message.traceparent = tracing.inject(span)
         # Not made current: nothing inside starts spans, and attaching a context costs.
         try:
-            await self.inner.publish(topic, message, qos=qos, local=local)
+            await self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
         except BaseException as exc:
             span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
             raise
