@@ -11,15 +11,25 @@ from typing import Any
 
 from parley.environments.comma import PUZZLES
 from parley.runtime.reports.comma import report
-from tests.comma.conftest import SCRIPTED, Run, comma_config, play
+from tests.comma.conftest import (
+    RANDOM_SEEDS,
+    SCRIPTED,
+    SCRIPTED_SEEDS,
+    Run,
+    comma_config,
+    play,
+)
 
 
-def test_scripted_pair_wins_every_seed_of_every_puzzle(big_run: Run) -> None:
-    scripted = big_run.of("scripted")
-    assert len(scripted) == 100 * len(PUZZLES)
-    wins = Counter(r["game"] for r in scripted if r["outcome"] == "success")
-    assert wins == {f"comma.{name}": 100 for name in PUZZLES}
-    for r in scripted:
+def test_scripted_pair_wins_every_seed_of_every_puzzle(big_run: Run, tmp_path: Path) -> None:
+    # 100 seeds a puzzle as text (cheap), and the shared run's seeds with pictures.
+    text = play(comma_config(100, [SCRIPTED], settings={"variant": "text"}), tmp_path / "text")
+    for run, seeds in ((text, 100), (big_run, SCRIPTED_SEEDS)):
+        scripted = run.of("scripted")
+        assert len(scripted) == seeds * len(PUZZLES)
+        wins = Counter(r["game"] for r in scripted if r["outcome"] == "success")
+        assert wins == {f"comma.{name}": seeds for name in PUZZLES}
+    for r in [*text.of("scripted"), *big_run.of("scripted")]:
         assert r["scores"]["psr"] == 1.0 and r["main_score"] == 100.0
         assert r["scores"]["mistakes"] == 0.0
         assert r["scores"]["turns"] <= 10
@@ -28,11 +38,11 @@ def test_scripted_pair_wins_every_seed_of_every_puzzle(big_run: Run) -> None:
 
 def test_random_solver_does_not_win_everything(big_run: Run) -> None:
     randoms = big_run.of("random")
-    assert len(randoms) == 20 * len(PUZZLES)
+    assert len(randoms) == RANDOM_SEEDS * len(PUZZLES)
     assert {r["outcome"] for r in randoms} <= {"success", "lost"}
     by_game = Counter(r["game"] for r in randoms if r["outcome"] == "success")
     assert sum(by_game.values()) < len(randoms) // 2
-    assert all(by_game[f"comma.{name}"] < 20 for name in PUZZLES)
+    assert all(by_game[f"comma.{name}"] < RANDOM_SEEDS for name in PUZZLES)
     # Each random reply is exactly one valid action.
     for r in randoms[:40]:
         for m in big_run.messages[r["episode"]]:
@@ -86,7 +96,8 @@ def test_expert_prompts_hold_no_image_feedback_or_private_fact(big_run: Run) -> 
                     assert r["pairing"]["solver"] != "scripted", "the scripted solver leaked"
                 checked[r["game"]] += 1
     # The private puzzles were really checked, on every seed.
-    assert checked["comma.atm"] >= 120 * 2 and checked["comma.telehealth"] >= 120 * 7
+    episodes = SCRIPTED_SEEDS + RANDOM_SEEDS
+    assert checked["comma.atm"] >= episodes * 2 and checked["comma.telehealth"] >= episodes * 7
 
 
 def test_private_facts_are_recorded_for_atm_and_telehealth(big_run: Run) -> None:
@@ -102,7 +113,7 @@ def test_private_facts_are_recorded_for_atm_and_telehealth(big_run: Run) -> None
 
 
 def test_solver_sees_the_image_and_the_privacy_instruction(big_run: Run) -> None:
-    for r in big_run.of("scripted")[::50]:
+    for r in big_run.of("scripted")[::15]:
         first = next(m for m in big_run.messages[r["episode"]] if m["kind"] == "turn_request")
         assert first["role"] == "solver"
         assert any(p["type"] == "image" for p in first["observation"])
