@@ -35,7 +35,7 @@ import math
 import random
 import re
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from typing import Any
@@ -55,12 +55,6 @@ MAX_REPLIES = 2_000  # an episode that has not ended after this many replies nev
 # -> reason. The row then reads "exempt" with the reason, and the check still runs (its
 # result shows in the detail), so an exemption that is no longer needed is visible.
 EXEMPTIONS: dict[tuple[str, str], str] = {
-    ("playground.chess.e2e", "deterministic"): (
-        "the Stockfish opponent's moves vary between runs: a time-limited search depends on "
-        "the machine's load, and even at a fixed stockfish_depth a pooled engine's hash table "
-        "carries over from earlier moves and episodes (clearing it before each move made "
-        "depth-limited play repeat in a trial)"
-    ),
     **{
         (f"playground.{game}.e2e", "oracle wins"): (
             "a two-player board game: the scripted player and the scripted opponent both "
@@ -452,10 +446,24 @@ class GameReport:
         return all(r.passed or r.exempt for r in self.results)
 
 
-def _exemption(game: str, check: str) -> str:
+# Exemptions that hold only for some settings: (game pattern, check) -> reason or "".
+SETTINGS_EXEMPTIONS: dict[tuple[str, str], Callable[[dict[str, Any]], str]] = {
+    ("playground.chess.e2e", "deterministic"): lambda settings: (
+        "the Stockfish opponent searches for stockfish_time seconds a move, so its moves "
+        "depend on the machine's load; with stockfish_time: 0 and a stockfish_depth they repeat"
+        if settings.get("stockfish_time")
+        else ""
+    ),
+}
+
+
+def _exemption(game: str, check: str, settings: dict[str, Any] | None = None) -> str:
     for (pattern, name), reason in EXEMPTIONS.items():
         if name == check and fnmatch.fnmatchcase(game, pattern):
             return reason
+    for (pattern, name), depends in SETTINGS_EXEMPTIONS.items():
+        if name == check and fnmatch.fnmatchcase(game, pattern):
+            return depends(settings or {})
     return ""
 
 
@@ -530,7 +538,7 @@ class _Checker:
         }
 
     def add(self, name: str, passed: bool, detail: str) -> None:
-        exempt = _exemption(self.info.name, name)
+        exempt = _exemption(self.info.name, name, self.settings)
         self.report.results.append(CheckResult(name, passed, detail, exempt))
 
     def oracles(self) -> dict[str, PlayFn | str]:

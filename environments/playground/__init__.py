@@ -61,10 +61,11 @@ class GomokuSettings(SearchSettings):
 
 
 class ChessSettings(E2ESettings):
-    """Chess: Stockfish's time per move, skill level (0-20), an optional fixed depth, and its
-    path (empty: found on PATH)."""
+    """Chess: Stockfish's time per move (0: none, search to ``stockfish_depth`` alone, which
+    makes its moves independent of machine load), skill level (0-20), an optional fixed depth,
+    and its path (empty: found on PATH)."""
 
-    stockfish_time: float = Field(0.1, gt=0)
+    stockfish_time: float = Field(0.1, ge=0)
     stockfish_skill: int = Field(20, ge=0, le=20)
     stockfish_depth: int | None = Field(None, ge=1)
     stockfish_path: str = ""

@@ -160,7 +160,9 @@ def best_move(
         limit = chess.engine.Limit(time=0.1)
     options = {"Skill Level": int(skill)} if skill is not None else {}
     with pool(path).engine() as engine:
-        result = engine.play(board, limit, options=options)
+        # A new game for every move: the engine's hash table from earlier searches (another
+        # episode's, on a pooled engine) would otherwise change what it finds.
+        result = engine.play(board, limit, options=options, game=object())
     if result.move is None:
         raise RuntimeError(f"Stockfish gave no move in {board.fen()}")
     return result.move

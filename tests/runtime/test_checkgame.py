@@ -21,7 +21,8 @@ from tests.conftest import require
 # Shallow searches and short games, so that every game is checked in well under a minute on
 # one core; what is checked is unchanged.
 FAST: dict[str, dict[str, Any]] = {
-    "playground.chess.e2e": {"max_moves": 12, "stockfish_depth": 1, "stockfish_time": 0.01},
+    # Depth-limited, no time limit: Stockfish's moves repeat, so determinism is checked too.
+    "playground.chess.e2e": {"max_moves": 12, "stockfish_depth": 1, "stockfish_time": 0},
     "playground.gomoku.e2e": {"max_moves": 12, "depth": 1, "width": 4},
     "playground.reversi.e2e": {"max_moves": 12, "depth": 1},
 }
@@ -46,6 +47,15 @@ def test_every_exemption_names_a_game_and_a_check() -> None:
     for pattern, check in EXEMPTIONS:
         assert check in checks, check
         assert any(fnmatch.fnmatchcase(name, pattern) for name in GAMES), pattern
+
+
+def test_chess_determinism_is_exempt_only_for_a_time_limited_search() -> None:
+    from parley.runtime.checkgame import _exemption
+
+    assert "machine's load" in _exemption(
+        "playground.chess.e2e", "deterministic", {"stockfish_time": 0.1}
+    )
+    assert _exemption("playground.chess.e2e", "deterministic", {"stockfish_time": 0}) == ""
 
 
 # --- games that break the contract -------------------------------------------------------
