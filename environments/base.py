@@ -61,6 +61,7 @@ class ReasonCode(StrEnum):
     TIMEOUT = "timeout"  # the runtime: the episode ran past episode_timeout_s
     EXCEPTION = "exception"  # the runtime: a player or the game master raised
     CANCELLED = "cancelled"  # the runtime: the run was interrupted
+    OPERATOR_ABORT = "operator_abort"  # the runtime: someone aborted it (a dashboard's Control)
 
 
 # The code an ending gets when the game master names none (games written before codes).

@@ -326,6 +326,14 @@ class EpisodeRunner:
     def cancel(self, reason: str = "run interrupted") -> None:
         self._finish("cancelled", reason, ReasonCode.CANCELLED)
 
+    def abort(self, reason: str = "") -> None:
+        """End the episode now as ``aborted`` (``operator_abort``): someone watching stopped it."""
+        self._finish(
+            "aborted",
+            f"aborted from the dashboard: {reason}" if reason else "aborted from the dashboard",
+            ReasonCode.OPERATOR_ABORT,
+        )
+
     def fail(
         self,
         reason: str,
@@ -355,9 +363,12 @@ class EpisodeRunner:
         result.reason_code = None if code is None else ReasonCode(code).value
         if self.gm is not None and outcome in ("success", "lost", "aborted"):
             scores = Scores.of(self.gm.scores())
-            result.main_score = scores.main
+            # An episode stopped from outside has no main score, whatever the game thinks of
+            # its position (clembench's convention for aborted episodes).
+            operator = code == ReasonCode.OPERATOR_ABORT
+            result.main_score = None if operator else scores.main
             result.scores = dict(scores)
-            result.role_results = dict(self.gm.role_results)
+            result.role_results = {} if operator else dict(self.gm.role_results)
         self.done.set_result(None)
 
     async def _publish_finished(self) -> None:

@@ -15,7 +15,9 @@ import anyio
 from opentelemetry import trace
 
 import parley.bus as bus_module
-from parley.bus.base import Bus
+from parley.bus import topics
+from parley.bus.base import Bus, Subscription
+from parley.bus.messages import Control
 from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.observability.tracing import Tracing
 from parley.runtime.actor import ActorHost
@@ -24,6 +26,7 @@ from parley.runtime.episode import EpisodeOptions, EpisodeResult, EpisodeRunner
 from parley.runtime.experiment import EpisodeSpec, expand
 from parley.runtime.launch import open_models
 from parley.runtime.results import RecordingFailed, ResultWriter, RunFolder
+from parley.runtime.status import StatusPublisher, model_tokens, usd_prices
 
 if TYPE_CHECKING:
     from parley.runtime.workers import WorkerScheduler
@@ -41,11 +44,18 @@ class Progress:
     turns: int = 0
     started: float = field(default_factory=time.monotonic)
     outcomes: dict[str, int] = field(default_factory=dict)
+    # Tokens of the finished episodes by model: (input, output).
+    model_tokens: dict[str, tuple[int, int]] = field(default_factory=dict)
 
-    def count(self, outcome: str, turns: int) -> None:
-        """A finished episode, once it is on disk."""
+    def count(
+        self, outcome: str, turns: int, tokens: dict[str, tuple[int, int]] | None = None
+    ) -> None:
+        """A finished episode, once it is on disk (``tokens``: see :func:`model_tokens`)."""
         self.done += 1
         self.turns += turns
+        for model, (used_in, used_out) in (tokens or {}).items():
+            before_in, before_out = self.model_tokens.get(model, (0, 0))
+            self.model_tokens[model] = (before_in + used_in, before_out + used_out)
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
         if outcome == "error":
             self.failed += 1
@@ -60,8 +70,18 @@ class Scheduler:
     """Plays a list of episode specs with at most ``concurrency`` at once.
 
     ``stop()`` (Ctrl-C) ends the episodes in flight as ``cancelled``, records them and returns;
-    the folder stays resumable.
+    the folder stays resumable. ``pause()`` starts no new episode until ``resume()`` (those
+    running go on); ``abort(episode, reason)`` ends one running episode as ``aborted``. The
+    same happens for :class:`~parley.bus.messages.Control` messages published to the run's
+    control topics (``parley/{run}/control``, ``parley/{run}/{episode}/control``), which the
+    scheduler subscribes to while it runs. Example::
+
+        scheduler.pause()   # a dashboard's pause button
+        scheduler.abort("ep-0007", "stuck in a loop")
     """
+
+    # This process's run status (runtime/status.py), set by run_experiment.
+    status: StatusPublisher | None = None
 
     def __init__(
         self,
@@ -83,12 +103,45 @@ class Scheduler:
         self.on_result = on_result
         self.progress = Progress(planned=len(specs))
         self.stopping = False
+        self.paused = False
+        self._unpaused = asyncio.Event()
+        self._unpaused.set()
         self._running: set[EpisodeRunner] = set()
 
     def stop(self) -> None:
         self.stopping = True
+        self._unpaused.set()  # paused slots wake, see the stop and end
         for runner in list(self._running):
             runner.cancel()
+
+    def pause(self) -> None:
+        """Start no new episode until :meth:`resume`; the running ones go on."""
+        self.paused = True
+        self._unpaused.clear()
+
+    def resume(self) -> None:
+        """Start episodes again after :meth:`pause`."""
+        self.paused = False
+        self._unpaused.set()
+
+    def abort(self, episode: str, reason: str = "") -> bool:
+        """End the running episode ``episode`` as ``aborted`` (reason code ``operator_abort``);
+        False when no such episode is running here."""
+        for runner in list(self._running):
+            if runner.spec.id == episode:
+                runner.abort(reason)
+                return True
+        return False
+
+    def obey(self, control: Control, episode: str | None = None) -> None:
+        """Carry out a :class:`Control` message: ``pause``/``resume`` the run, or ``abort``
+        ``episode`` (the episode its topic names)."""
+        if control.command == "pause":
+            self.pause()
+        elif control.command == "resume":
+            self.resume()
+        elif episode is not None:
+            self.abort(episode, control.reason)
 
     async def run(self, parent: trace.Span | None = None) -> None:
         queue = iter(self.specs)
@@ -96,6 +149,8 @@ class Scheduler:
 
         async def worker() -> None:
             for spec in queue:
+                if self.paused:
+                    await self._unpaused.wait()
                 if self.stopping:
                     return
                 result = await self._play(spec, parent)
@@ -104,6 +159,7 @@ class Scheduler:
                 recording.add(task)
                 task.add_done_callback(recording.discard)
 
+        listener = await self._listen_for_control()
         try:
             async with anyio.create_task_group() as tg:
                 for n in range(min(self.concurrency, len(self.specs))):
@@ -114,8 +170,50 @@ class Scheduler:
                         # episode's start takes a millisecond or two).
                         await anyio.sleep(0)
         finally:
+            if listener is not None:
+                listener.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await listener
             if recording:
                 await asyncio.gather(*recording)
+
+    async def _listen_for_control(self) -> asyncio.Task[None] | None:
+        """Subscribe to the run's control topics; the task obeys what arrives on them."""
+        if not self.specs or self.bus.closed:
+            return None
+        run = self.options.run
+        subs = [
+            self.bus.subscribe(topics.control(run), maxsize=100),
+            self.bus.subscribe(topics.all_episode_control(run), maxsize=100),
+        ]
+
+        async def obey(sub: Subscription) -> None:
+            async for delivery in sub:
+                message = delivery.message
+                if isinstance(message, Control):
+                    episode = topics.parse(delivery.topic).episode
+                    self.obey(message, episode)
+
+        async def listen() -> None:
+            try:
+                async with anyio.create_task_group() as tg:
+                    for sub in subs:
+                        tg.start_soon(obey, sub)
+            finally:
+                for sub in subs:
+                    with contextlib.suppress(Exception):
+                        await sub.close()
+
+        for sub in subs:
+            # A broker that is not there yet must not hold the run up: control comes when it can.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(sub.ready(), 5)
+        return asyncio.create_task(listen(), name="control")
+
+    def turns_in_flight(self) -> int:
+        """Turns played so far by the episodes running now (the run status adds them to the
+        finished episodes' turns)."""
+        return sum(runner.result.turns for runner in self._running)
 
     async def _play(self, spec: EpisodeSpec, parent: trace.Span | None) -> EpisodeResult:
         runner = EpisodeRunner(spec, self.bus, self.host, self.options)
@@ -136,7 +234,9 @@ class Scheduler:
             # Nothing more can be recorded: end the run now (run_experiment raises the failure).
             self.stop()
             return
-        self.progress.count(result.outcome, result.turns)
+        self.progress.count(
+            result.outcome, result.turns, model_tokens(result.spec.players, result.tokens)
+        )
         if self.on_result is not None:
             self.on_result(result)
 
@@ -163,6 +263,22 @@ def episode_options(config: ExperimentConfig, run_id: str) -> EpisodeOptions:
         timeout_s=config.episode_timeout_s,
         models=config.models,
     )
+
+
+def _endpoint_source(
+    scheduler: Scheduler | WorkerScheduler, options: EpisodeOptions
+) -> Callable[[], list[list[dict[str, Any]]]]:
+    """Where the run status reads the endpoints: the workers' figures, or this process's
+    model pool once it is open."""
+    figures = getattr(scheduler, "endpoint_figures", None)
+    if figures is not None:
+        return figures  # type: ignore[no-any-return]
+
+    def pool() -> list[list[dict[str, Any]]]:
+        status = getattr(options.models, "endpoint_status", None)
+        return [status()] if status is not None else []
+
+    return pool
 
 
 def worker_count(workers: int | str) -> int:
@@ -214,7 +330,9 @@ async def run_experiment(
     writer.start()
     options = episode_options(config, run_id)
     scheduler: Scheduler | WorkerScheduler
-    the_bus: Bus | None = None
+    # With tracing on: publish spans, and a traceparent on every message. In worker mode the
+    # parent's bus carries its run status (the workers play on buses of their own).
+    the_bus = tracing.wrap_bus(bus_module.connect(url))
     if processes > 1:
         job = {
             "config": config.model_dump(mode="json"),
@@ -225,21 +343,32 @@ async def run_experiment(
         }
         scheduler = WorkerScheduler(todo, writer, options, limit, processes, job)
     else:
-        # With tracing on: publish spans, and a traceparent on every message.
-        the_bus = tracing.wrap_bus(bus_module.connect(url))
         scheduler = Scheduler(todo, the_bus, writer, options, limit, on_result)
     scheduler.progress.skipped = len(specs) - len(todo)
+    status = StatusPublisher(
+        the_bus,
+        scheduler,
+        run=run_id,
+        process="main",
+        name=config.name,
+        endpoints=_endpoint_source(scheduler, options),
+        prices=usd_prices(config.models),
+        folder=str(folder.path.resolve()),
+    )
+    scheduler.status = status
     if on_start is not None:
         on_start(scheduler)
     run_span = tracing.tracer.start_span(
         f"run {config.name}", attributes={"parley.run": run_id, "parley.episodes": len(todo)}
     )
     probe = LoopLagProbe().start()
+    status.probe = probe
     try:
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(responsive_gc())
-            if the_bus is not None:
-                await stack.enter_async_context(the_bus)
+            await stack.enter_async_context(the_bus)
+            status.start()
+            stack.push_async_callback(status.stop)  # the final status, before the bus closes
             models = await stack.enter_async_context(open_models(config.models, folder.path, todo))
             options.models = models  # one pool of model clients for every episode
             await scheduler.run(run_span)

@@ -9,9 +9,17 @@ and images; the parent writes and fsyncs them exactly as a one-process run does,
 resume and every reader are the same either way.
 
 Parent and worker talk over a socket pair in frames: a 4-byte length, a 1-byte kind and a
-payload. Parent to worker: ``J`` the job (JSON), ``S`` stop. Worker to parent: ``B`` an episode
-begun (its id), ``R`` a finished episode, ``D`` done (JSON: its loop lag), ``E`` a failure (its
-traceback). A worker that loses its parent stops its episodes and exits.
+payload. Parent to worker: ``J`` the job (JSON), ``S`` stop, ``P`` pause (start no new
+episode), ``C`` continue (resume after a pause), ``A`` abort one episode (JSON: ``episode``,
+``reason``; a worker that is not playing it ignores it). Worker to parent: ``B`` an episode
+begun (its id), ``R`` a finished episode, ``U`` its figures for the run status each second
+(JSON: endpoints, turns in flight), ``D`` done (JSON: its loop lag and last figures), ``E`` a
+failure (its traceback). A worker that loses its parent stops its episodes and exits.
+
+Pause, resume and abort reach a worker two ways: from the parent's
+:meth:`WorkerScheduler.pause` (and friends) as frames, and as ``Control`` messages on the bus,
+to which every worker's scheduler subscribes (over MQTT a dashboard's control reaches each
+worker directly; on the local bus, which a worker has to itself, only the frames do).
 
 A worker that dies before it is done is taken over: a fresh process plays its unfinished
 episodes, so the run still ends with every episode. An episode that keeps killing the process
@@ -51,6 +59,7 @@ from parley.runtime.episode import EpisodeOptions, EpisodeResult
 from parley.runtime.experiment import EpisodeSpec
 from parley.runtime.results import EncodedResult, RecordingFailed, ResultWriter
 from parley.runtime.scheduler import Progress, Scheduler, episode_options
+from parley.runtime.status import StatusPublisher, model_tokens, usd_prices
 
 _FRAME = struct.Struct(">IB")
 # An episode in flight when this many processes died is played alone (then no other episode
@@ -146,6 +155,7 @@ class WorkerScheduler:
         self.job = job
         self.progress = Progress(planned=len(specs))
         self.stopping = False
+        self.paused = False
         self.loop_lag: list[dict[str, Any]] = []
         self.errors: list[str] = []
         # Workers that died before they were done, and what became of their episodes.
@@ -153,15 +163,41 @@ class WorkerScheduler:
         self._links: list[asyncio.StreamWriter] = []
         self._share: list[tuple[int, int]] = []  # per worker: (concurrency, episodes left)
         self.pids: dict[int, int] = {}  # worker slot -> the process playing it now
+        # Per worker slot: its process's latest figures (``U`` frames: endpoints, turns in
+        # flight), and the endpoint counts of the processes that slot lost.
+        self._figures: dict[int, dict[str, Any]] = {}
+        self._lost: list[list[dict[str, Any]]] = []
         self._received: set[str] = set()
+        self._begun: set[str] = set()
         self._deaths: dict[str, int] = {}
 
     def stop(self) -> None:
         """Ask every worker to end its episodes as ``cancelled`` and finish."""
         self.stopping = True
+        self._tell(frame(b"S"))
+
+    def pause(self) -> None:
+        """Ask every worker to start no new episode until :meth:`resume`."""
+        self.paused = True
+        self._tell(frame(b"P"))
+
+    def resume(self) -> None:
+        """Let every worker start episodes again."""
+        self.paused = False
+        self._tell(frame(b"C"))
+
+    def abort(self, episode: str, reason: str = "") -> bool:
+        """Ask the worker playing ``episode`` to end it as ``aborted`` (``operator_abort``);
+        False when it is not running (not begun, or already finished)."""
+        if episode not in self._begun or episode in self._received:
+            return False
+        self._tell(frame(b"A", json.dumps({"episode": episode, "reason": reason}).encode()))
+        return True
+
+    def _tell(self, message: bytes) -> None:
         for link in self._links:
             with contextlib.suppress(Exception):
-                link.write(frame(b"S"))
+                link.write(message)
 
     async def run(self, parent: trace.Span | None = None) -> None:
         if not self.specs:
@@ -302,6 +338,8 @@ class WorkerScheduler:
             link.write(frame(b"J", json.dumps(job).encode()))
             if self.stopping:
                 link.write(frame(b"S"))
+            if self.paused:  # a process taking over while the run is paused starts paused
+                link.write(frame(b"P"))
             await link.drain()
             while True:
                 try:
@@ -310,6 +348,7 @@ class WorkerScheduler:
                     break
                 if kind == b"B":
                     begun.add(payload.decode())
+                    self._begun.add(payload.decode())
                 elif kind == b"R":
                     result = unpack_result(payload)
                     self._received.add(result.record["episode"])
@@ -320,13 +359,18 @@ class WorkerScheduler:
                     task = asyncio.create_task(self._record(result))
                     recording.add(task)
                     task.add_done_callback(recording.discard)
+                elif kind == b"U":
+                    self._figures[i] = json.loads(payload)
                 elif kind == b"D":
                     report = json.loads(payload)
+                    self._figures[i] = report.get("figures", {})
                     self.loop_lag.append({"worker": i, **report["loop_lag"]})
                     done = True
                 elif kind == b"E":
                     self.errors.append(f"worker {i} failed: {payload.decode(errors='replace')}")
         finally:
+            if not done:
+                self._lose_figures(i)
             self._share[i] = (self._share[i][0], 0)
             self._update_running()
             self._links.remove(link)
@@ -340,6 +384,22 @@ class WorkerScheduler:
                 code = await process.wait()
         return done, code
 
+    def turns_in_flight(self) -> int:
+        """Turns of the episodes the workers are playing, as they last reported."""
+        return sum(int(f.get("turns", 0)) for f in self._figures.values())
+
+    def endpoint_figures(self) -> list[list[dict[str, Any]]]:
+        """Every worker's endpoints (:meth:`ModelPool.endpoint_status`), as they last
+        reported, with the counts of worker processes that died."""
+        return [*(f.get("endpoints", []) for f in self._figures.values()), *self._lost]
+
+    def _lose_figures(self, i: int) -> None:
+        """Worker ``i``'s process is gone before it was done: keep its counts, not its load."""
+        figures = self._figures.pop(i, None)
+        if figures:
+            idle = {"limit": 0, "in_flight": 0, "latencies": []}
+            self._lost.append([{**e, **idle} for e in figures.get("endpoints", [])])
+
     def _update_running(self) -> None:
         self.progress.running = sum(min(c, left) for c, left in self._share)
 
@@ -350,7 +410,9 @@ class WorkerScheduler:
             # Nothing more can be recorded: end the run now (run_experiment raises the failure).
             self.stop()
             return
-        self.progress.count(result.record["outcome"], int(result.record.get("turns", 0)))
+        record = result.record
+        tokens = model_tokens((record.get("spec") or {}).get("players") or {}, record["tokens"])
+        self.progress.count(record["outcome"], int(record.get("turns", 0)), tokens)
 
 
 # --- the worker ------------------------------------------------------------------------------
@@ -400,12 +462,19 @@ class _FrameSink:
 
 
 async def _listen(reader: asyncio.StreamReader, scheduler: Scheduler) -> None:
-    """Stop when the parent says so, or when it is gone."""
+    """Pause, resume and abort as the parent says; stop when it says so, or when it is gone."""
     with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
         while True:
-            kind, _ = await read_frame(reader)
+            kind, payload = await read_frame(reader)
             if kind == b"S":
                 break
+            if kind == b"P":
+                scheduler.pause()
+            elif kind == b"C":
+                scheduler.resume()
+            elif kind == b"A":
+                order = json.loads(payload)
+                scheduler.abort(order["episode"], order.get("reason", ""))
     scheduler.stop()
 
 
@@ -450,9 +519,30 @@ async def play_job(
     for name, reason in job["failed"].items():
         pool.mark_failed(name, reason)
     options.models = pool
+
+    def figures() -> dict[str, Any]:
+        return {"endpoints": pool.endpoint_status(), "turns": scheduler.turns_in_flight()}
+
+    # Its own status on its bus, and its figures to the parent (which counts the whole run).
+    status = StatusPublisher(
+        the_bus,
+        scheduler,
+        run=run_id,
+        process=f"w{worker}",
+        name=config.name,
+        endpoints=lambda: [pool.endpoint_status()],
+        probe=probe,
+        prices=usd_prices(config.models),
+        on_tick=lambda: link.write(frame(b"U", json.dumps(figures()).encode())),
+    )
+    scheduler.status = status
     try:
         async with responsive_gc(), the_bus, pool:
-            await scheduler.run(parent)
+            status.start()
+            try:
+                await scheduler.run(parent)
+            finally:
+                await status.stop()
     finally:
         lag = await probe.stop()
         await sink.close()
@@ -460,7 +550,7 @@ async def play_job(
         with contextlib.suppress(asyncio.CancelledError):
             await listener
         tracing.close()
-    return {"loop_lag": lag}
+    return {"loop_lag": lag, "figures": figures()}
 
 
 def worker_bus_url(url: str, worker: int) -> str:
