@@ -58,9 +58,11 @@ async def test_every_fault_is_retried_and_no_episode_is_lost(
             {"kind": kind, "rate": 0.3, "retry_after_s": 0.05, "hang_s": 5},
         ]
     )
-    # Only the timeout kind needs a short timeout; elsewhere a short one would turn a reply
-    # that is merely slow (a loaded CI machine) into a retry no fault caused.
-    timeout_s = 0.4 if kind == "timeout" else 5.0
+    # Only the timeout kind needs a short timeout (the injected hang is 5 s); elsewhere a short
+    # one would turn a reply that is merely slow (a loaded CI machine) into a retry no fault
+    # caused. Even here, 1 s: a plain reply slower than that on a loaded machine would be
+    # recorded as a timeout nobody injected.
+    timeout_s = 1.0 if kind == "timeout" else 5.0
     extra = {"retry": FAST_RETRY, "timeout_s": timeout_s, "stream": stream, "transport": transport}
     models = {
         "solver": model(sim, "solver-m", backend, images=False, **extra),
