@@ -185,10 +185,22 @@ class TranscriptEvent(Envelope):
 
 
 class StateUpdate(Envelope):
-    """Game master → dashboards: the environment as an image and text."""
+    """Game master → dashboards: the game as an observer sees it, after a step.
+
+    ``content``: the text rendering, then any images (each image's bytes cross a broker once
+    per process: later states name it by sha256 only). ``step`` counts the states of the
+    episode from 0; ``final`` marks the last, published when the episode ends, with its
+    scores. ``visibility`` is ``private`` when the state shows what a role keeps from others.
+    """
 
     kind: Literal["state_update"] = "state_update"
+    game: str = ""
+    step: int = 0
+    final: bool = False
     content: list[Part] = Field(default_factory=list)
+    visibility: Visibility = Visibility.PUBLIC
+    progress: float | None = None
+    scores: dict[str, float | None] = Field(default_factory=dict)
     data: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -110,6 +110,25 @@ class Observation:
 
 
 @dataclass
+class ObserverView:
+    """What someone watching an episode sees now (a dashboard's board): the game's text
+    rendering, PNG images where the game draws them, and how far it has come.
+
+    ``visibility`` is ``private`` when the view shows something a role must keep from the
+    others (its private facts, or what only one role is shown), else ``public``. ``data``
+    holds small JSON-safe extras (whose turn it is); ``scores`` the scores so far, where the
+    game has them.
+    """
+
+    text: str = ""
+    images: list[bytes] = field(default_factory=list)
+    visibility: Literal["private", "public"] = "public"
+    progress: float | None = None
+    scores: dict[str, float | None] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
 class StepResult:
     """The result of one action: feedback for the acting role, whether it was a mistake, and
     the partial progress (0–1) after it."""
@@ -225,6 +244,40 @@ class GameMaster(ABC):
     def private_facts(self, role: str) -> dict[str, str]:
         """Facts ``role`` holds that it must not disclose (for leak analysis)."""
         return {}
+
+    def observer_view(self, images: bool = True) -> ObserverView:
+        """The game as an observer sees it now (published after every step, for dashboards).
+
+        By default: what every role is shown (each role's :meth:`observe`, once when all
+        see the same), ``private`` when the roles are shown different things or hold private
+        facts. A game overrides it to show its state directly (a board, a puzzle). With
+        ``images=False`` the view carries no images (the run does not publish them).
+        """
+        saved = self.events
+        self.events = []  # what observe() notes belongs to the roles' turns, not to this view
+        try:
+            seen = {role: self.observe(role) for role in self.roles}
+        finally:
+            self.events = saved
+        distinct: dict[tuple[str, tuple[bytes, ...]], list[str]] = {}
+        for role, obs in seen.items():
+            distinct.setdefault((obs.text, tuple(obs.images)), []).append(role)
+        if len(distinct) == 1:
+            ((text, pictures),) = distinct
+        else:
+            text = "\n\n".join(f"[{', '.join(who)}]\n{t}" for (t, _), who in distinct.items())
+            pictures = tuple(p for (_, ps) in distinct for p in ps)
+        private = len(distinct) > 1 or any(self.private_facts(r) for r in self.roles)
+        return ObserverView(
+            text=text,
+            images=list(dict.fromkeys(pictures)) if images else [],
+            visibility="private" if private else "public",
+            data=self._whose_turn_data(),
+        )
+
+    def _whose_turn_data(self) -> dict[str, Any]:
+        role = None if self.outcome is not None else self.whose_turn()
+        return {"to_move": role} if role else {}
 
     # --- driven by the runtime -----------------------------------------------------------
 

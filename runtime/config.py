@@ -135,6 +135,18 @@ class TracingConfig(Strict):
     sample: float = Field(default=1.0, gt=0.0, le=1.0)
 
 
+class StateConfig(Strict):
+    """What the run publishes of each game's state for dashboards (``parley/{run}/{ep}/state``).
+
+    ``publish``: ``every_step`` (after every step, and the final state), ``end`` (only the
+    final state) or ``off``. ``images``: with the state, the game's picture of it (where the
+    game draws one); each image crosses the broker once.
+    """
+
+    publish: Literal["every_step", "end", "off"] = "every_step"
+    images: bool = True
+
+
 class ExperimentConfig(Strict):
     """A whole run: games × instances × pairings × repetitions, and how to run them."""
 
@@ -151,6 +163,8 @@ class ExperimentConfig(Strict):
     bus_mirror: Literal["events", "all"] = "events"
     episode_timeout_s: float | None = Field(default=None, gt=0)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
+    # The game's state for dashboards, after every step (see StateConfig).
+    state: StateConfig = Field(default_factory=StateConfig)
     # The model registry: name -> how to reach and ask the model (agents/backends/spec.py).
     models: dict[str, ModelSpec] = Field(default_factory=dict)
 

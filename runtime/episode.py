@@ -23,6 +23,7 @@ from parley.bus.messages import (
     EpisodeStarted,
     ImagePart,
     Message,
+    StateUpdate,
     TextPart,
     TranscriptEvent,
     TurnRequest,
@@ -31,7 +32,14 @@ from parley.bus.messages import (
     Visibility,
 )
 from parley.environments import registry
-from parley.environments.base import Event, GameMaster, Observation, ReasonCode, Scores
+from parley.environments.base import (
+    Event,
+    GameMaster,
+    Observation,
+    ObserverView,
+    ReasonCode,
+    Scores,
+)
 from parley.memory import HistoryPolicy
 from parley.observability import tracing
 from parley.records import RECORD_SCHEMA  # the record shape; readers upgrade older ones
@@ -58,6 +66,15 @@ class EpisodeOptions:
     # (their only subscribers are this episode's actors) and only events, state and results,
     # what remote observers need, cross the broker.
     mirror_turns: bool = False
+    # The game's state for dashboards: "every_step", "end" or "off"; with images or not.
+    state: str = "every_step"
+    state_images: bool = True
+    # Images this process has published inline already (later states name them by sha): shared
+    # by the run's episodes, so each image crosses the broker once.
+    sent_images: set[str] = field(default_factory=set)
+
+
+MAX_SENT_IMAGES = 50_000  # then the memory starts over (an image sent twice costs only bytes)
 
 
 @dataclass
@@ -201,6 +218,10 @@ class EpisodeRunner:
         self._turn_span: trace.Span | None = None
         self._episode_span: trace.Span | None = None
         self._events_topic = topics.events(options.run, spec.id)
+        self._state_topic = topics.state(options.run, spec.id)
+        self._state_step = 0
+        self._state_on = options.state != "off"
+        self._last_view: ObserverView | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -244,6 +265,7 @@ class EpisodeRunner:
             if self.result.outcome == "error":
                 span.set_status(Status(StatusCode.ERROR, self.result.reason[:200]))
             await self._publish_finished()
+            await self._publish_final_state()
             span.end()
         return self.result
 
@@ -310,6 +332,7 @@ class EpisodeRunner:
             spec=spec.model_dump(mode="json", exclude={"instance"}),
         )
         await self._emit(self._events_topic, started)
+        await self._publish_state()
         await self._advance()
 
     async def _release(self) -> None:
@@ -389,6 +412,84 @@ class EpisodeRunner:
         # The record is what counts; observers may miss this one if the bus fails.
         with contextlib.suppress(Exception):
             await self.bus.publish(topics.results(self.options.run), finished)
+
+    # --- the game's state, for dashboards ---------------------------------------------------
+
+    async def _publish_state(self) -> None:
+        """The observer's view after a step, retained on the state topic (``state: every_step``)."""
+        if not self._state_on or self.options.state != "every_step" or self.done.done():
+            return
+        view = await self._observer_view()
+        if view is None or self.done.done():
+            return
+        state = self._state_update(view, final=False)
+        # Not local: the retained state is for observers in other processes too.
+        await self.bus.publish(self._state_topic, state, retain=True)
+
+    async def _publish_final_state(self) -> None:
+        """The last state, with the episode's scores; then the retained one is cleared."""
+        if not self._state_on or self.gm is None:
+            return
+        if self.gm.outcome is not None:
+            view = await self._observer_view()
+        else:
+            # Ended from outside (aborted, timed out, cancelled, failed): a call into the game
+            # may still be running in its thread, so the last view stands for the final one.
+            view = self._last_view or ObserverView()
+        result = self.result
+        # Like the results, this is for observers only: a failing bus must not fail the record.
+        with contextlib.suppress(Exception):
+            if view is not None:
+                state = self._state_update(view, final=True)
+                state.scores = {"main": result.main_score, **result.scores}
+                await self.bus.publish(self._state_topic, state)
+            if self.options.state == "every_step":
+                await self.bus.clear_retained(self._state_topic)
+
+    async def _observer_view(self) -> ObserverView | None:
+        gm = self.gm
+        if gm is None:
+            return None
+        try:
+            view: ObserverView = await self._gm_call(gm.observer_view, self.options.state_images)
+            self._last_view = view
+            return view
+        except Exception as exc:
+            # A view that cannot be drawn costs the dashboard its board, not the episode.
+            log.warning(
+                "episode %s: no observer view (%s: %s)", self.spec.id, type(exc).__name__, exc
+            )
+            self._state_on = False
+            return None
+
+    def _state_update(self, view: ObserverView, *, final: bool) -> StateUpdate:
+        sent = self.options.sent_images
+        if len(sent) > MAX_SENT_IMAGES:
+            sent.clear()
+        content: list[TextPart | ImagePart] = [TextPart(text=view.text)]
+        for data in view.images:
+            image = ImagePart.from_bytes(data)
+            self.result.images.setdefault(image.sha256, data)  # the run folder keeps it too
+            if image.sha256 in sent:
+                image = image.by_reference()
+            else:
+                sent.add(image.sha256)
+            content.append(image)
+        step, self._state_step = self._state_step, self._state_step + 1
+        return StateUpdate(
+            run=self.options.run,
+            episode=self.spec.id,
+            sender="gm",
+            turn=self.requests,
+            game=self.spec.game,
+            step=step,
+            final=final,
+            content=content,
+            visibility=Visibility(view.visibility),
+            progress=view.progress,
+            scores=dict(view.scores),
+            data=view.data,
+        )
 
     # --- the turn loop ---------------------------------------------------------------------
 
@@ -490,6 +591,7 @@ class EpisodeRunner:
         for event in events:
             await self._emit(self._events_topic, self._transcript_event(event))
         self._end_turn()
+        await self._publish_state()
         await self._advance()
 
     def _end_turn(self) -> None:

@@ -262,6 +262,8 @@ def episode_options(config: ExperimentConfig, run_id: str) -> EpisodeOptions:
         mirror_turns=config.bus_mirror == "all",
         timeout_s=config.episode_timeout_s,
         models=config.models,
+        state=config.state.publish,
+        state_images=config.state.images,
     )
 
 
@@ -371,6 +373,8 @@ async def run_experiment(
             stack.push_async_callback(status.stop)  # the final status, before the bus closes
             models = await stack.enter_async_context(open_models(config.models, folder.path, todo))
             options.models = models  # one pool of model clients for every episode
+            # The final status, with the endpoints' figures: before the pool closes.
+            stack.push_async_callback(status.stop)
             await scheduler.run(run_span)
             if writer.failure is not None:
                 raise writer.failure

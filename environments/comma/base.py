@@ -13,6 +13,7 @@ from pydantic import Field
 from parley.environments.base import (
     GameMaster,
     Observation,
+    ObserverView,
     Outcome,
     ReasonCode,
     Scores,
@@ -210,6 +211,29 @@ class CommaGameMaster(GameMaster):
 
     def private_facts(self, role: str) -> dict[str, str]:
         return self.puzzle.private_facts() if role == "solver" else {}
+
+    def observer_view(self, images: bool = True) -> ObserverView:
+        """The puzzle as the solver sees it, with the solver's private facts (an ATM's PIN, a
+        patient's record) spelled out: then the view is ``private``."""
+        puzzle = self.puzzle
+        lines = [puzzle.title, puzzle.describe()]
+        facts = puzzle.private_facts()
+        if facts:
+            lines.append(
+                "Private: " + "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in facts.items())
+            )
+        pictures = puzzle.observe("solver", variant="image").images if images else []
+        return ObserverView(
+            text="\n".join(lines),
+            images=pictures,
+            visibility="private" if facts else "public",
+            progress=1.0 if puzzle.solved else puzzle.progress,
+            scores={
+                "psr": 1.0 if puzzle.solved else puzzle.progress,
+                "mistakes": float(self.mistakes),
+            },
+            data={**self._whose_turn_data(), "turn": self.turn, "max_turns": self.max_turns},
+        )
 
     def handle_reply(self, role: str, text: str) -> None:
         self.messages[role] += 1

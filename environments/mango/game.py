@@ -23,7 +23,14 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from parley.environments.base import GameMaster, Observation, ReasonCode, Scores, Settings
+from parley.environments.base import (
+    GameMaster,
+    Observation,
+    ObserverView,
+    ReasonCode,
+    Scores,
+    Settings,
+)
 from parley.environments.mango.data import (
     MangoDataError,
     MangoGame,
@@ -275,6 +282,28 @@ class MangoMaster(GameMaster):
             }
         text = self.block if self.placement == "every_turn" else ""
         return Observation(text=text, data=data)
+
+    def observer_view(self, images: bool = True) -> ObserverView:
+        """The question being asked and how the answers so far scored (a text game: no image);
+        nothing here is hidden from the navigator, so it is public."""
+        lines = [
+            f"{self.game.name}: question {min(self.index + 1, len(self.questions))} of "
+            f"{len(self.questions)} (walkthrough up to step {self.cutoff})"
+        ]
+        if self.index < len(self.questions):
+            lines.append(question_text(self.questions[self.index], self.index + 1))
+        lines += [
+            f"{r['question']} ({r['kind']} {r['label']}): strict {r.get('success_strict', 0):.0f}"
+            for r in self.results
+        ]
+        done = len(self.results)
+        strict = [float(r.get("success_strict") or 0.0) for r in self.results]
+        return ObserverView(
+            text="\n".join(lines),
+            progress=done / len(self.questions) if self.questions else None,
+            scores={"strict_so_far": sum(strict) / done} if done else {},
+            data=self._whose_turn_data(),
+        )
 
     def handle_reply(self, role: str, text: str) -> None:
         q = self.questions[self.index]

@@ -15,7 +15,14 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from parley.environments.base import GameMaster, Observation, ReasonCode, Scores, StepResult
+from parley.environments.base import (
+    GameMaster,
+    Observation,
+    ObserverView,
+    ReasonCode,
+    Scores,
+    StepResult,
+)
 from parley.environments.playground.common import (
     LETTERS,
     answer_letter,
@@ -53,6 +60,19 @@ class _PlaygroundMaster(GameMaster):
         self.variant = str(self.settings.get("variant", "image"))
         if self.variant not in ("image", "text"):
             raise ValueError(f"variant must be 'image' or 'text', not {self.variant!r}")
+
+    def observer_view(self, images: bool = True) -> ObserverView:
+        """The board as it stands (the position of a game in play, else the task's board), as
+        text and as a picture; nothing on it is hidden from the players, so it is public."""
+        position = getattr(self, "position", None)
+        if position is not None:
+            matrix, extra = position.matrix(), position.extra()
+            status = list(position.status_lines())
+        else:
+            matrix, extra, status = self.instance["board"], self.instance.get("extra", {}), []
+        text = "\n".join([f"{self.kit.title} ({self.task})", self.kit.text(matrix, extra), *status])
+        pictures = _board(self.kit, "image", matrix, extra)[1] if images else []
+        return ObserverView(text=text, images=pictures, data=self._whose_turn_data())
 
     def _intro(self) -> str:
         kit = self.kit
