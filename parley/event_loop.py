@@ -23,6 +23,7 @@ import contextlib
 import gc
 import os
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -53,6 +54,8 @@ class LoopLagProbe:
         self.interval_s = interval_s
         self.keep = keep
         self.samples: list[float] = []
+        # The latest ~10 s of samples, for a live view (``samples`` stops growing at ``keep``).
+        self.recent: deque[float] = deque(maxlen=1000)
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> LoopLagProbe:
@@ -64,8 +67,10 @@ class LoopLagProbe:
         while True:
             before = clock()
             await asyncio.sleep(interval)
+            lag = max(0.0, clock() - before - interval)
+            self.recent.append(lag)
             if len(self.samples) < self.keep:
-                self.samples.append(max(0.0, clock() - before - interval))
+                self.samples.append(lag)
 
     async def stop(self) -> dict[str, Any]:
         if self._task is not None:

@@ -19,7 +19,7 @@ import json
 import os
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -413,6 +413,9 @@ class Endpoint:
         self.failures = 0
         self.down_until = 0.0
         self.counts: Counter[str] = Counter()
+        # For the run status: the latest successful latencies, and requests given up here.
+        self.latencies: deque[float] = deque(maxlen=512)
+        self.gave_up = 0
         self._health: asyncio.Task[None] | None = None
         if spec.health.path:
             self._health = asyncio.get_running_loop().create_task(
@@ -465,6 +468,24 @@ class Endpoint:
             "shrinks": self.limiter.shrinks,
             "healthy": self.healthy,
             **self.counts,
+        }
+
+    def status(self) -> dict[str, Any]:
+        """What a run status shows of this endpoint, read from its counters: the limit and
+        load now, the latest successful latencies (seconds), and attempts by what became of
+        them. ``retries`` are failed attempts that were tried again; ``errors`` requests given
+        up after their last attempt here."""
+        counts = self.counts
+        requests = sum(n for kind, n in counts.items() if kind != "health_failed")
+        return {
+            "url": self.label,
+            "limit": self.limiter.current,
+            "in_flight": self.limiter.in_flight,
+            "latencies": list(self.latencies),
+            "requests": requests,
+            "rate_limited": counts["rate_limit"],
+            "retries": max(0, requests - counts["ok"] - self.gave_up),
+            "errors": self.gave_up,
         }
 
     async def send(self, body: dict[str, Any], stream: bool) -> Reply:
@@ -578,6 +599,7 @@ class ModelClient:
                     or attempt >= spec.retry.max_attempts
                     or elapsed + delay > spec.retry.max_elapsed_s
                 ):
+                    endpoint.gave_up += 1
                     raise ModelUnavailable(self._give_up(calls, elapsed, failure), calls) from None
                 record["backoff_s"] = round(delay, 3)
                 await asyncio.sleep(delay)
@@ -653,6 +675,7 @@ class ModelClient:
                         raise failure from None
                     latency = time.monotonic() - sent
                     record["latency_s"] = round(latency, 4)
+                    endpoint.latencies.append(latency)
                     if reply.ttft_s is not None:
                         record["ttft_s"] = round(reply.ttft_s, 4)
                     usage = reply.usage

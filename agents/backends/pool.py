@@ -100,6 +100,18 @@ class ModelPool:
         """Per endpoint: limit now, peak in flight, shrinks, outcomes."""
         return {f"{b}:{url}": e.stats() for (b, url, _), e in self._endpoints.items()}
 
+    def endpoint_status(self) -> list[dict[str, Any]]:
+        """Per endpoint, for the run status: :meth:`Endpoint.status` and ``model``, the
+        registry names it serves (read-only; nothing is counted for it)."""
+        names: dict[int, list[str]] = {}
+        for name, client in self._clients.items():
+            for endpoint in client.endpoints:
+                names.setdefault(id(endpoint), []).append(name)
+        return [
+            {"model": ", ".join(names.get(id(e), [e.spec.model])), **e.status()}
+            for e in self._endpoints.values()
+        ]
+
     async def aclose(self) -> None:
         endpoints, self._endpoints = list(self._endpoints.values()), {}
         self._clients = {}
