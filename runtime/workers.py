@@ -536,6 +536,7 @@ async def play_job(
         on_tick=lambda: link.write(frame(b"U", json.dumps(figures()).encode())),
     )
     scheduler.status = status
+    last: dict[str, Any] = {}
     try:
         async with responsive_gc(), the_bus, pool:
             status.start()
@@ -543,6 +544,7 @@ async def play_job(
                 await scheduler.run(parent)
             finally:
                 await status.stop()
+                last = figures()  # while the pool is open
     finally:
         lag = await probe.stop()
         await sink.close()
@@ -550,7 +552,7 @@ async def play_job(
         with contextlib.suppress(asyncio.CancelledError):
             await listener
         tracing.close()
-    return {"loop_lag": lag, "figures": figures()}
+    return {"loop_lag": lag, "figures": last}
 
 
 def worker_bus_url(url: str, worker: int) -> str:
