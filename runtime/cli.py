@@ -20,9 +20,11 @@ console = Console(stderr=True)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from parley.bus.messages import RunStatus
     from parley.runtime.config import load_config
     from parley.runtime.report import summary_rows, write_report
     from parley.runtime.scheduler import RunOutcome, Scheduler, run_experiment
+    from parley.runtime.status import LOG_EVERY_S, progress_fields, rate_fields, status_line
     from parley.runtime.workers import WorkerScheduler
 
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
@@ -35,21 +37,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 1
     state: dict[str, Scheduler | WorkerScheduler] = {}
 
+    def latest() -> RunStatus | None:
+        """The run's status as last published (runtime/status.py): what the display shows."""
+        sched = state.get("s")
+        publisher = sched.status if sched is not None else None
+        return publisher.latest if publisher is not None else None
+
     def status() -> Table:
         table = Table.grid(padding=(0, 2))
-        sched = state.get("s")
-        if sched is None:
+        now = latest()
+        if now is None:
             table.add_row("starting…")
             return table
-        p = sched.progress
-        table.add_row(
-            f"[bold]{config.name}[/]",
-            f"done {p.done}/{p.planned}",
-            f"running {p.running}",
-            f"[red]failed {p.failed}[/]" if p.failed else "failed 0",
-            f"skipped {p.skipped}" if p.skipped else "",
-            f"{p.turns_per_s:,.0f} turns/s",
-        )
+        progress = [
+            f"[red]{f}[/]" if f.startswith("failed") and now.failed else f
+            for f in progress_fields(now)
+        ]
+        rates = [f"[yellow]{f}[/]" if f.startswith("429s") else f for f in rate_fields(now)]
+        table.add_row(f"[bold]{config.name}[/]", *progress)
+        table.add_row("", *rates)
         return table
 
     async def main() -> RunOutcome:
@@ -77,7 +83,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 live.update(status())
                 await asyncio.sleep(0.25)
 
-        ticker = asyncio.create_task(refresh()) if show else None
+        async def log_lines() -> None:
+            # Outside a terminal (nohup, Slurm): a line now and then instead of a live table.
+            while True:
+                await asyncio.sleep(LOG_EVERY_S)
+                now = latest()
+                if now is not None:
+                    print(status_line(now), file=sys.stderr, flush=True)
+
+        ticker = None
+        if not args.quiet:
+            ticker = asyncio.create_task(refresh() if show else log_lines())
         try:
             return await run_experiment(
                 config,
@@ -90,6 +106,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         finally:
             if ticker is not None:
                 ticker.cancel()
+            if show:
                 live.stop()
 
     try:

@@ -309,11 +309,13 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-def status_fields(status: RunStatus) -> list[str]:
-    """A status as short labelled figures, for the terminal display and the one-line log."""
-    finished = status.finished + status.skipped
+LOG_EVERY_S = 30.0  # outside a terminal, ``parley run`` logs a status line this often
+
+
+def progress_fields(status: RunStatus) -> list[str]:
+    """How far a run is, as short labelled figures (the terminal display's first row)."""
     fields = [
-        f"done {finished}/{status.planned}",
+        f"done {status.finished + status.skipped}/{status.planned}",
         f"running {status.running}",
         f"failed {status.failed}",
     ]
@@ -321,7 +323,13 @@ def status_fields(status: RunStatus) -> list[str]:
         fields.append(f"skipped {status.skipped}")
     if status.paused:
         fields.append("PAUSED")
-    fields += [f"{status.turns_per_s:,.0f} turns/s", f"{status.requests_per_s:,.0f} req/s"]
+    return fields
+
+
+def rate_fields(status: RunStatus) -> list[str]:
+    """How fast it goes and what it costs: rates, ETA, tokens, cost, and the 429s of the
+    endpoint that had the most (the display's second row)."""
+    fields = [f"{status.turns_per_s:,.0f} turns/s", f"{status.requests_per_s:,.0f} req/s"]
     fields.append(f"ETA {_duration(status.eta_s)}" if status.eta_s is not None else "ETA –")
     tokens = status.tokens.get("input", 0) + status.tokens.get("output", 0)
     if tokens:
@@ -331,10 +339,10 @@ def status_fields(status: RunStatus) -> list[str]:
     if status.endpoints:
         worst = max(status.endpoints, key=lambda e: (e.rate_limited, e.errors))
         if worst.rate_limited or worst.errors:
-            fields.append(f"429s {worst.rate_limited} ({worst.url})")
+            fields.append(f"429s {worst.rate_limited} at {worst.url}")
     return fields
 
 
 def status_line(status: RunStatus) -> str:
     """One line for a log (``parley run`` outside a terminal prints one every ~30 s)."""
-    return f"{status.name}: " + ", ".join(status_fields(status))
+    return f"{status.name}: " + ", ".join([*progress_fields(status), *rate_fields(status)])
