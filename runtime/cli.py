@@ -94,6 +94,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         ticker = None
         if not args.quiet:
             ticker = asyncio.create_task(refresh() if show else log_lines())
+        dashboard: dict[str, Any] = {}
+        dashboard_started: list[asyncio.Task[None]] = []
+
+        def started(scheduler: Scheduler | WorkerScheduler) -> None:
+            state["s"] = scheduler
+            if args.dashboard is not None:
+                dashboard_started.append(
+                    asyncio.create_task(serve_dashboard(scheduler, config, out, args, dashboard))
+                )
+
         try:
             return await run_experiment(
                 config,
@@ -101,9 +111,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 resume=args.resume,
                 bus_url=args.bus,
                 concurrency=args.concurrency,
-                on_start=lambda s: state.__setitem__("s", s),
+                on_start=started,
             )
         finally:
+            if dashboard:
+                await dashboard["d"].stop()
             if ticker is not None:
                 ticker.cancel()
             if show:
@@ -152,6 +164,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
         )
         return 130
     return 0
+
+
+async def serve_dashboard(
+    scheduler: Any, config: Any, out: Path, args: argparse.Namespace, into: dict[str, Any]
+) -> None:
+    """``parley run --dashboard``: serve the dashboard from the run's process, print its URL."""
+    from parley.observability.dashboard.embed import start_embedded
+    from parley.observability.dashboard.server import DashboardError
+
+    settings = getattr(config, "dashboard", None)
+    port = args.dashboard or getattr(settings, "port", 8765)
+    host = getattr(settings, "host", "127.0.0.1")
+    try:
+        into["d"] = await start_embedded(scheduler, out, name=config.name, host=host, port=port)
+    except DashboardError as exc:
+        console.print(f"[yellow]{exc}; the run goes on without it[/]", highlight=False)
+        return
+    console.print(f"dashboard: {into['d'].url}", highlight=False, soft_wrap=True)
 
 
 def recording_failure(exc: BaseException) -> BaseException | None:
@@ -381,6 +411,39 @@ def _cmd_errors(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(value: str) -> int:
+    number = int(value) if value.isdigit() else -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {value!r}")
+    return number
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    if args.export:
+        from parley.observability.transcript_html import write_html
+
+        run = _run_folder(args.export)
+        if run is None:
+            return 2
+        index = write_html(run)
+        console.print(f"episode pages written to {index.parent} (open {index})")
+        return 0
+    if not args.bus and not args.runs:
+        console.print("[red]parley dashboard needs --bus mqtt://host:port, --runs DIR, or both[/]")
+        return 2
+    if args.runs and not Path(args.runs).is_dir():
+        console.print(f"[red]--runs {args.runs}: no such folder[/]", highlight=False)
+        return 2
+    if args.bus:
+        problem = event_loop.run(bus_problem(args.bus))
+        if problem is not None:
+            console.print(f"[red]{problem}[/]", highlight=False, soft_wrap=True)
+            return 1
+    from parley.observability.dashboard.serve import serve
+
+    return event_loop.run(serve(args.bus, args.runs, args.host, args.port, console.print))
+
+
 def _cmd_broker(args: argparse.Namespace) -> int:
     from parley.bus.broker import run_broker
 
@@ -419,6 +482,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="continue a run folder, skipping finished episodes"
     )
     run.add_argument("--quiet", action="store_true", help="no live progress display")
+    run.add_argument(
+        "--dashboard",
+        nargs="?",
+        const=0,
+        type=_port,
+        metavar="PORT",
+        help="serve the live dashboard from this run (default port: the config's, 8765)",
+    )
     run.set_defaults(fn=_cmd_run)
 
     games = sub.add_parser("games", help="list the games and their roles")
@@ -491,6 +562,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     errors.add_argument("--concurrency", type=int, default=8, help="judge requests at once")
     errors.set_defaults(fn=_cmd_errors)
+
+    dashboard = sub.add_parser(
+        "dashboard", help="watch the runs on a broker, and finished runs in a folder, in a browser"
+    )
+    dashboard.add_argument("--bus", help="broker to watch every run on: mqtt://host:port")
+    dashboard.add_argument("--runs", help="a folder of run folders (or one run folder) to show")
+    dashboard.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to serve on (default 127.0.0.1; any other needs the printed token)",
+    )
+    dashboard.add_argument(
+        "--port", type=_port, default=8765, help="port (default 8765; 0: any free one)"
+    )
+    dashboard.add_argument(
+        "--export",
+        metavar="RUN",
+        help="instead: write the episode pages of a run folder as static HTML (RUN/html/)",
+    )
+    dashboard.set_defaults(fn=_cmd_dashboard)
 
     broker = sub.add_parser("broker", help="start Mosquitto with the project's broker config")
     broker.add_argument("--config", help="broker config (default configs/mosquitto.conf)")

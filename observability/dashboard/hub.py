@@ -1,0 +1,649 @@
+"""What the dashboard knows: every run it watches, aggregated from the bus and from run folders.
+
+:class:`Hub` takes bus messages (:meth:`Hub.ingest`: status, episode started/finished,
+transcript events, states) and follows run folders (:meth:`Hub.follow`: new lines of
+``episodes.jsonl``, read from where it stopped; transcripts read by byte range only for the
+episode being viewed and for leak checks). Ingesting a message is a dictionary lookup and an
+append, so watching a busy run costs it little; the views (:meth:`Hub.runs_view`,
+:meth:`Hub.run_view`, :meth:`Hub.episodes_view`, :meth:`Hub.episode_view`) are built when a
+browser asks, at most a few times a second.
+
+Example::
+
+    hub = Hub()
+    hub.follow("runs/quickstart")
+    hub.poll_folders()
+    print(hub.run_view(hub.runs_view()[0]["run"])["pairings"])
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import statistics
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from scipy import stats as scipy_stats
+
+from parley.bus.messages import (
+    EpisodeFinished,
+    EpisodeStarted,
+    Message,
+    StateUpdate,
+    TranscriptEvent,
+)
+from parley.observability.dashboard import episode as shown
+from parley.observability.dashboard.index import RUNNING, EpisodeIndex
+from parley.observability.leaks import episode_disclosures
+from parley.records import main_score, upgrade
+
+MAX_MESSAGES = 5000  # per live episode
+MAX_STATES = 500  # per live episode
+KEEP_FINISHED = 200  # live buffers of finished episodes kept (older ones are read from folders)
+IMAGE_CACHE_BYTES = 64 * 1024 * 1024
+HISTORY = 600  # one sample a second: ten minutes of charts
+MAX_LEAKS = 200  # the latest disclosures listed per run (all are counted)
+READ_CHUNK = 8 * 1024 * 1024  # of episodes.jsonl per poll, so a huge folder loads in steps
+
+
+def pairing_label(pairing: dict[str, str]) -> str:
+    """``role=player, …`` as the report writes it."""
+    return ", ".join(f"{role}={who}" for role, who in pairing.items())
+
+
+def _player_label(player: dict[str, Any]) -> str:
+    # PlayerSpec.label, from its JSON form.
+    if player.get("kind") == "llm" and player.get("model"):
+        return str(player["model"])
+    return str(player.get("name") or player.get("kind") or "")
+
+
+def interval95(values: list[float]) -> tuple[float | None, float | None, float | None]:
+    """Mean and a 95 % t-interval of ``values`` (no interval below two values)."""
+    if not values:
+        return None, None, None
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    sd = statistics.stdev(values)
+    if sd == 0:
+        return mean, mean, mean
+    half = float(scipy_stats.t.ppf(0.975, len(values) - 1)) * sd / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+@dataclass
+class PairingStats:
+    """A pairing's finished episodes: how many, how many won, their main scores."""
+
+    episodes: int = 0
+    success: int = 0
+    scores: list[float] = field(default_factory=list)
+
+    def add(self, outcome: str, score: float | None) -> None:
+        self.episodes += 1
+        self.success += outcome == "success"
+        if score is not None and not math.isnan(score):
+            self.scores.append(float(score))
+
+
+@dataclass
+class LiveEpisode:
+    """A running (or lately finished) episode's messages as they arrived on the bus."""
+
+    episode: str
+    game: str = ""
+    roles: list[str] = field(default_factory=list)
+    messages: deque[Message] = field(default_factory=lambda: deque(maxlen=MAX_MESSAGES))
+    states: deque[StateUpdate] = field(default_factory=lambda: deque(maxlen=MAX_STATES))
+    finished: EpisodeFinished | None = None
+    version: int = 0
+
+
+@dataclass
+class Followed:
+    """A run folder being read: where ``episodes.jsonl`` was read up to."""
+
+    path: Path
+    offset: int = 0
+    run: str = ""
+
+
+class RunState:
+    """Everything the dashboard shows about one run."""
+
+    def __init__(self, run: str) -> None:
+        self.run = run
+        self.name = run
+        self.folder: Path | None = None
+        self.live = False
+        self.statuses: dict[str, dict[str, Any]] = {}
+        self.index = EpisodeIndex()
+        self.pairings: dict[tuple[str, str], PairingStats] = {}
+        self.scored: set[str] = set()
+        self.leaks = 0
+        self.leak_list: deque[dict[str, Any]] = deque(maxlen=MAX_LEAKS)
+        self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
+        self.live_episodes: dict[str, LiveEpisode] = {}
+        self.finished_live: OrderedDict[str, None] = OrderedDict()
+        self.version = 0
+        self.updated_at = 0.0
+        self.local_status: Callable[[], dict[str, Any]] | None = None
+        self._last_sample: tuple[float, int] | None = None
+
+    def touch(self) -> None:
+        self.version += 1
+        self.updated_at = time.time()
+
+    def score(
+        self, episode: str, game: str, pairing: str, outcome: str, score: float | None
+    ) -> None:
+        """Count a finished episode into its pairing's row, once."""
+        if episode in self.scored or outcome in (RUNNING, "cancelled"):
+            return
+        self.scored.add(episode)
+        self.pairings.setdefault((game, pairing), PairingStats()).add(outcome, score)
+
+    def status(self) -> dict[str, Any]:
+        """The run's figures: its main process's status (or the sum of its processes'), with
+        the outcome counts the dashboard saw itself."""
+        statuses = list(self.statuses.values())
+        if not statuses and self.local_status is not None:
+            statuses = [self.local_status()]
+        main = next((s for s in statuses if s.get("process") == "main"), None)
+        combined: dict[str, Any] = {
+            "planned": (main or {}).get("planned") or sum(s.get("planned", 0) for s in statuses),
+            "running": sum(s.get("running", 0) for s in statuses),
+            "failed": sum(s.get("failed", 0) for s in statuses),
+            "skipped": (main or {}).get("skipped", 0),
+            "paused": any(s.get("paused") for s in statuses),
+            "turns_per_s": sum(s.get("turns_per_s") or 0.0 for s in statuses),
+            "requests_per_s": sum(s.get("requests_per_s") or 0.0 for s in statuses),
+            "eta_s": (main or {}).get("eta_s"),
+            "cost_usd": (main or {}).get("cost_usd"),
+            "tokens": (main or {}).get("tokens") or {},
+            "final": bool(main and main.get("final")),
+        }
+        counts = dict(self.index.outcomes)
+        combined["done"] = {k: v for k, v in counts.items() if k != RUNNING}
+        combined["finished"] = sum(combined["done"].values())
+        if not statuses:
+            combined["running"] = counts.get(RUNNING, 0)
+        return combined
+
+    def sample(self) -> None:
+        """One point of the charts: episodes/s from finished counts, turns/s and loop lag from
+        the processes' statuses."""
+        now = time.monotonic()
+        status = self.status()
+        done = status["finished"]
+        rate = 0.0
+        if self._last_sample is not None:
+            then, before = self._last_sample
+            rate = (done - before) / max(now - then, 1e-6)
+        self._last_sample = (now, done)
+        lags = [
+            (s.get("loop_lag_ms") or {}).get("p99") or 0.0
+            for s in (
+                self.statuses.values() or ([self.local_status()] if self.local_status else [])
+            )
+        ]
+        self.history.append(
+            {
+                "t": time.time(),
+                "episodes_per_s": round(rate, 2),
+                "turns_per_s": round(status["turns_per_s"], 2),
+                "requests_per_s": round(status["requests_per_s"], 2),
+                "lag_p99_ms": round(max(lags, default=0.0), 2),
+            }
+        )
+
+
+class ImageCache:
+    """PNG bytes by sha256, the most recently used kept up to a byte budget."""
+
+    def __init__(self, budget: int = IMAGE_CACHE_BYTES) -> None:
+        self.budget = budget
+        self.size = 0
+        self._images: OrderedDict[str, bytes] = OrderedDict()
+
+    def put(self, sha: str, data: bytes) -> None:
+        if sha in self._images:
+            self._images.move_to_end(sha)
+            return
+        self._images[sha] = data
+        self.size += len(data)
+        while self.size > self.budget and self._images:
+            _, dropped = self._images.popitem(last=False)
+            self.size -= len(dropped)
+
+    def get(self, sha: str) -> bytes | None:
+        data = self._images.get(sha)
+        if data is not None:
+            self._images.move_to_end(sha)
+        return data
+
+
+class Hub:
+    """Every run the dashboard watches, by run id."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, RunState] = {}
+        self.images = ImageCache()
+        self.folders: dict[Path, Followed] = {}
+        self.version = 0
+        self._views: OrderedDict[tuple[str, str, int], dict[str, Any]] = OrderedDict()
+
+    def run(self, run: str) -> RunState:
+        state = self.runs.get(run)
+        if state is None:
+            state = self.runs[run] = RunState(run)
+            self.version += 1
+        return state
+
+    # --- from the bus -------------------------------------------------------------------------
+
+    def ingest(self, message: Message) -> None:
+        """Take one bus message in; cheap, since it runs for every message of every episode."""
+        kind = message.kind
+        if kind == "transcript_event" or kind == "episode_started":
+            state = self.run(message.run)
+            live = self._live(state, message.episode)
+            live.messages.append(message)
+            live.version += 1
+            if isinstance(message, EpisodeStarted):
+                self._started(state, live, message)
+            elif isinstance(message, TranscriptEvent):
+                self._keep_images(message.content)
+        elif isinstance(message, StateUpdate):
+            state = self.run(message.run)
+            live = self._live(state, message.episode)
+            live.states.append(message)
+            live.version += 1
+            self._keep_images(message.content)
+        elif isinstance(message, EpisodeFinished):
+            self._finished(message)
+        elif kind == "run_status":
+            state = self.run(message.run)
+            data = message.model_dump(mode="json")
+            state.statuses[str(data.get("process") or message.sender)] = data
+            state.live = not data.get("final", False) or any(
+                not s.get("final") for s in state.statuses.values()
+            )
+            if data.get("name"):
+                state.name = str(data["name"])
+            folder = data.get("folder")
+            if folder and state.folder is None and (Path(folder) / "episodes.jsonl").exists():
+                self.follow(folder, run=message.run)
+            state.touch()
+        else:
+            return
+        self.version += 1
+
+    def _live(self, state: RunState, episode: str) -> LiveEpisode:
+        live = state.live_episodes.get(episode)
+        if live is None:
+            live = state.live_episodes[episode] = LiveEpisode(episode)
+        return live
+
+    def _keep_images(self, parts: Iterable[Any]) -> None:
+        for part in parts:
+            if part.type == "image" and part.data is not None:
+                self.images.put(part.sha256, part.data)
+
+    def _started(self, state: RunState, live: LiveEpisode, message: EpisodeStarted) -> None:
+        players = message.spec.get("players") or {}
+        live.game = message.game
+        live.roles = list(players)
+        pairing = pairing_label({role: _player_label(p) for role, p in players.items()})
+        state.live = True
+        state.index.upsert(
+            message.episode,
+            game=message.game,
+            pairing=pairing,
+            outcome=RUNNING,
+            started_at=message.sent_at,
+        )
+        state.touch()
+
+    def _finished(self, message: EpisodeFinished) -> None:
+        state = self.run(message.run)
+        live = state.live_episodes.get(message.episode)
+        if live is not None:
+            live.finished = message
+            live.messages.append(message)
+            live.version += 1
+            state.finished_live[message.episode] = None
+            while len(state.finished_live) > KEEP_FINISHED:
+                old, _ = state.finished_live.popitem(last=False)
+                state.live_episodes.pop(old, None)
+        row = state.index.get(message.episode)
+        started = row.started_at if row is not None else message.sent_at
+        row = state.index.upsert(
+            message.episode,
+            game=message.game,
+            outcome=str(message.outcome),
+            main_score=message.main_score,
+            turns=message.turns,
+            duration_s=round(message.sent_at - started, 3) if started else None,
+        )
+        state.score(message.episode, row.game, row.pairing, row.outcome, message.main_score)
+        state.touch()
+
+    # --- from run folders ---------------------------------------------------------------------
+
+    def follow(self, path: str | Path, run: str = "") -> RunState | None:
+        """Read the run folder at ``path`` (now and on every :meth:`poll_folders`); None if it is
+        not one."""
+        folder = Path(path).resolve()
+        if not (folder / "episodes.jsonl").exists():
+            return None
+        if folder in self.folders:
+            return self.runs.get(self.folders[folder].run)
+        meta: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError):
+            meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        run = run or str(meta.get("run") or folder.name)
+        state = self.run(run)
+        state.folder = folder
+        if state.name == run:
+            state.name = str(meta.get("name") or folder.name)
+        self.folders[folder] = Followed(folder, run=run)
+        self.poll_folder(self.folders[folder])
+        return state
+
+    def follow_all(self, root: str | Path) -> int:
+        """Follow every run folder directly under ``root`` (and ``root`` itself if it is one)."""
+        base = Path(root)
+        found = 0
+        for candidate in [base, *sorted(p for p in base.iterdir() if p.is_dir())]:
+            if self.follow(candidate) is not None:
+                found += 1
+        return found
+
+    def poll_folders(self) -> None:
+        """Read what was appended to the followed folders' ``episodes.jsonl`` since last time."""
+        for followed in list(self.folders.values()):
+            self.poll_folder(followed)
+
+    def poll_folder(self, followed: Followed) -> int:
+        """New complete records of one folder, at most :data:`READ_CHUNK` bytes of them."""
+        path = followed.path / "episodes.jsonl"
+        try:
+            with path.open("rb") as f:
+                f.seek(followed.offset)
+                chunk = f.read(READ_CHUNK)
+        except OSError:
+            return 0
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return 0
+        state = self.run(followed.run)
+        start = followed.offset
+        count = 0
+        for line in chunk[: end + 1].splitlines(keepends=True):
+            offset, start = start, start + len(line)
+            if not line.strip():
+                continue
+            try:
+                record = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            self._recorded(state, upgrade(record), offset)
+            count += 1
+        followed.offset += end + 1
+        if count:
+            state.touch()
+            self.version += 1
+        return count
+
+    def _recorded(self, state: RunState, record: dict[str, Any], offset: int) -> None:
+        episode = str(record.get("episode", ""))
+        if not episode:
+            return
+        pairing = pairing_label(record.get("pairing") or {})
+        score = main_score(record)
+        row = state.index.upsert(
+            episode,
+            game=str(record.get("game", "")),
+            pairing=pairing,
+            outcome=str(record.get("outcome", "")),
+            main_score=score,
+            turns=int(record.get("turns") or 0),
+            started_at=float(record.get("started_at") or 0.0),
+            duration_s=record.get("duration_s"),
+            offset=offset,
+        )
+        state.score(episode, row.game, pairing, row.outcome, score)
+        if record.get("private_facts") and record.get("transcript") and state.folder is not None:
+            found = episode_disclosures(record, self._transcript(state.folder, record))
+            row.leaks = len(found)
+            state.leaks += len(found)
+            for d in found:
+                state.leak_list.append(
+                    {
+                        "episode": d.episode,
+                        "from_role": d.from_role,
+                        "to_role": d.to_role,
+                        "fact": d.fact,
+                        "kind": d.kind,
+                        "match": d.match,
+                        "turn": d.turn,
+                    }
+                )
+
+    @staticmethod
+    def _transcript(folder: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
+        """An episode's messages, read by the byte range its record gives."""
+        where = record.get("transcript")
+        if not where:
+            return []
+        with (folder / "transcripts.jsonl").open("rb") as f:
+            f.seek(int(where["offset"]))
+            lines = f.read(int(where["length"])).splitlines()
+        messages = []
+        for line in lines:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                message = orjson.loads(line)
+                if message.get("episode") == record["episode"]:
+                    messages.append(message)
+        return messages
+
+    def record(self, run: str, episode: str) -> dict[str, Any] | None:
+        """An episode's record from its run folder (one line read), if it has one."""
+        state = self.runs.get(run)
+        row = state.index.get(episode) if state else None
+        if state is None or row is None or row.offset is None or state.folder is None:
+            return None
+        with (state.folder / "episodes.jsonl").open("rb") as f:
+            f.seek(row.offset)
+            return upgrade(orjson.loads(f.readline()))
+
+    def image(self, sha: str) -> bytes | None:
+        """An image by sha256: from the bus's cache, else from a followed run folder."""
+        data = self.images.get(sha)
+        if data is not None:
+            return data
+        for followed in self.folders.values():
+            path = followed.path / "images" / f"{sha}.png"
+            if path.exists():
+                return path.read_bytes()
+        return None
+
+    # --- views ------------------------------------------------------------------------------
+
+    def runs_view(self) -> list[dict[str, Any]]:
+        out = []
+        for state in self.runs.values():
+            status = state.status()
+            out.append(
+                {
+                    "run": state.run,
+                    "name": state.name,
+                    "live": state.live and not status["final"],
+                    "folder": str(state.folder) if state.folder else None,
+                    "episodes": len(state.index),
+                    "planned": status["planned"],
+                    "finished": status["finished"],
+                    "running": status["running"],
+                    "paused": status["paused"],
+                    "done": status["done"],
+                    "updated_at": state.updated_at,
+                }
+            )
+        return sorted(out, key=lambda r: (not r["live"], -r["updated_at"], r["run"]))
+
+    def run_view(self, run: str) -> dict[str, Any] | None:
+        state = self.runs.get(run)
+        if state is None:
+            return None
+        pairings = []
+        for (game, pairing), stats in sorted(state.pairings.items()):
+            mean, low, high = interval95(stats.scores)
+            pairings.append(
+                {
+                    "game": game,
+                    "pairing": pairing,
+                    "episodes": stats.episodes,
+                    "success_pct": 100.0 * stats.success / stats.episodes
+                    if stats.episodes
+                    else None,
+                    "main": mean,
+                    "low": low,
+                    "high": high,
+                    "scored": len(stats.scores),
+                }
+            )
+        statuses = list(state.statuses.values())
+        if not statuses and state.local_status is not None:
+            statuses = [state.local_status()]
+        endpoints = [
+            {**e, "process": s.get("process", "")}
+            for s in statuses
+            for e in s.get("endpoints") or []
+        ]
+        processes = [
+            {
+                "process": s.get("process", ""),
+                "pid": s.get("pid"),
+                "running": s.get("running", 0),
+                "turns_per_s": s.get("turns_per_s"),
+                "loop_lag_ms": s.get("loop_lag_ms") or {},
+                "paused": s.get("paused", False),
+                "updated_at": s.get("updated_at"),
+            }
+            for s in statuses
+        ]
+        return {
+            "run": state.run,
+            "name": state.name,
+            "live": state.live,
+            "folder": str(state.folder) if state.folder else None,
+            "status": state.status(),
+            "outcomes": dict(state.index.outcomes),
+            "pairings": pairings,
+            "endpoints": endpoints,
+            "processes": processes,
+            "leaks": {"count": state.leaks, "latest": list(state.leak_list)[-20:]},
+            "history": list(state.history),
+        }
+
+    def episodes_view(self, run: str, **query: Any) -> dict[str, Any] | None:
+        state = self.runs.get(run)
+        return None if state is None else state.index.query(**query)
+
+    def episode_view(self, run: str, episode: str) -> dict[str, Any] | None:
+        """The episode page's content: its live messages while it runs, its recorded transcript
+        once its record is on disk (cached per version)."""
+        state = self.runs.get(run)
+        if state is None:
+            return None
+        row = state.index.get(episode)
+        live = state.live_episodes.get(episode)
+        recorded = row is not None and row.offset is not None and state.folder is not None
+        source = "folder" if recorded else "live"
+        version = 0 if recorded else (live.version if live else -1)
+        key = (run, episode, version)
+        cached = self._views.get(key)
+        if cached is not None and cached["source"] == source:
+            self._views.move_to_end(key)
+            return cached
+        if recorded:
+            view = self._recorded_view(state, episode)
+        elif live is not None:
+            view = self._live_view(state, live)
+        else:
+            return None
+        view["source"] = source
+        view["row"] = row.as_dict() if row else None
+        if not view.get("pairing") and row is not None:
+            view["pairing"] = row.pairing
+        self._views[key] = view
+        while len(self._views) > 32:
+            self._views.popitem(last=False)
+        return view
+
+    def _live_view(self, state: RunState, live: LiveEpisode) -> dict[str, Any]:
+        dumped = [m.model_dump(mode="json", context={"images": "ref"}) for m in live.messages]
+        states = [
+            shown.state(s.model_dump(mode="json", context={"images": "ref"})) for s in live.states
+        ]
+        finished = live.finished
+        return {
+            "run": state.run,
+            "episode": live.episode,
+            "game": live.game,
+            "roles": live.roles,
+            "live": finished is None,
+            "items": shown.items(dumped),
+            "states": states,
+            "outcome": str(finished.outcome) if finished else RUNNING,
+            "reason": finished.reason if finished else "",
+            "scores": finished.scores if finished else (states[-1]["scores"] if states else {}),
+            "main_score": finished.main_score if finished else None,
+        }
+
+    def _recorded_view(self, state: RunState, episode: str) -> dict[str, Any]:
+        record = self.record(state.run, episode) or {}
+        assert state.folder is not None
+        messages = self._transcript(state.folder, record)
+        items = shown.mark(shown.items(messages), shown.disclosures(record, messages))
+        live = state.live_episodes.get(episode)
+        states = shown.states(messages)
+        if not any(m.get("kind") == "state_update" for m in messages) and live and live.states:
+            # States went over the bus but not into the transcript: keep the live ones.
+            states = [
+                shown.state(s.model_dump(mode="json", context={"images": "ref"}))
+                for s in live.states
+            ]
+        return {
+            "run": state.run,
+            "episode": episode,
+            "game": record.get("game", ""),
+            "roles": list(record.get("pairing") or {}),
+            "live": False,
+            "items": items,
+            "states": states,
+            "outcome": record.get("outcome", ""),
+            "reason": record.get("reason", ""),
+            "scores": record.get("scores") or {},
+            "main_score": main_score(record),
+            "pairing": pairing_label(record.get("pairing") or {}),
+            "seed": record.get("seed"),
+        }
+
+    def tick(self) -> None:
+        """Once a second: read the folders' new records and take a chart sample of live runs."""
+        self.poll_folders()
+        for state in self.runs.values():
+            if state.live or state.local_status is not None:
+                state.sample()
+                state.touch()
+        self.version += 1

@@ -1,0 +1,437 @@
+"""The dashboard's web server: pages, a JSON API, images, and one WebSocket per browser tab.
+
+The browser says which view it shows (``{"view": "run", "run": …}``) and the server sends that
+view again whenever it changed, at most :data:`UPDATES_PER_S` times a second, whatever the
+number of episodes behind it. Bound to 127.0.0.1 by default; on any other address every HTTP
+and WebSocket request must carry the token printed in the URL (``?token=``, or the cookie the
+first page sets).
+
+Example::
+
+    dashboard = Dashboard(Hub())
+    await dashboard.watch(bus)          # every run on this bus
+    url = await dashboard.start()       # http://127.0.0.1:8765/
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import secrets
+from collections.abc import Awaitable, Callable
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from parley.bus import topics
+from parley.bus.base import Bus, BusClosed
+from parley.bus.messages import Control
+from parley.observability.dashboard.hub import Hub
+from parley.observability.dashboard.index import QueryError
+
+log = logging.getLogger("parley.dashboard")
+
+UPDATES_PER_S = 4
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+TOKEN_COOKIE = "parley_token"
+_SHA = re.compile(r"^[0-9a-f]{64}$")
+STATIC = files("parley.observability.dashboard") / "static"
+# Scripts only from this server, no inline script at all: a second wall behind escaping.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+)
+
+# (run, command, episode, reason) -> how it was done, e.g. "scheduler" or "bus".
+Controller = Callable[[str, str, str, str], Awaitable[str]]
+
+
+class DashboardError(ValueError):
+    """A dashboard that cannot start as asked (the message says why)."""
+
+
+def _int(request: web.Request, name: str, default: int) -> int:
+    value = request.query.get(name, "")
+    if not value:
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise web.HTTPBadRequest(text=f"{name} must be a whole number, got {value!r}") from None
+
+
+def episodes_query(params: dict[str, Any]) -> dict[str, Any]:
+    """The index query of a request's parameters (strings, as a URL or a WebSocket gives them)."""
+    try:
+        return {
+            "game": str(params.get("game") or ""),
+            "pairing": str(params.get("pairing") or ""),
+            "outcome": str(params.get("outcome") or ""),
+            "sort": str(params.get("sort") or "started_at"),
+            "desc": str(params.get("desc") or "").lower() in ("1", "true", "yes"),
+            "offset": int(params.get("offset") or 0),
+            "limit": int(params.get("limit") or 50),
+        }
+    except (TypeError, ValueError) as exc:
+        raise QueryError(f"offset and limit must be whole numbers ({exc})") from None
+
+
+class Dashboard:
+    """The web app over a :class:`Hub`; ``watch`` feeds the hub from a bus."""
+
+    def __init__(
+        self,
+        hub: Hub | None = None,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        token: str | None = None,
+        controller: Controller | None = None,
+    ) -> None:
+        self.hub = hub or Hub()
+        self.host = host
+        self.port = port
+        # Loopback needs none; any other address gets one, random unless given.
+        self.token = (
+            token
+            if token is not None
+            else (None if host in LOOPBACK else secrets.token_urlsafe(18))
+        )
+        self.controller = controller
+        self.bus: Bus | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runner: web.AppRunner | None = None
+        self._sockets: set[web.WebSocketResponse] = set()
+
+    # --- feeding the hub ----------------------------------------------------------------------
+
+    async def watch(self, bus: Bus, run: str = "+") -> None:
+        """Subscribe to the runs on ``bus`` (``run``: one run id, or ``+`` for every run)."""
+        self.bus = bus
+        filters = [
+            f"{topics.ROOT}/{run}/status/+",
+            f"{topics.ROOT}/{run}/results",
+            f"{topics.ROOT}/{run}/+/events",
+            f"{topics.ROOT}/{run}/+/state",
+        ]
+        for topic_filter in filters:
+            # A dashboard never holds a run back: a mailbox this size does not fill.
+            sub = bus.subscribe(topic_filter, maxsize=1_000_000)
+            self._tasks.append(asyncio.create_task(self._consume(sub)))
+        for task_sub in filters:
+            log.debug("dashboard subscribed to %s", task_sub)
+
+    async def _consume(self, sub: Any) -> None:
+        with contextlib.suppress(BusClosed):
+            await sub.ready()
+            ingest = self.hub.ingest
+            while True:
+                delivery = await sub.get()
+                try:
+                    ingest(delivery.message)
+                except Exception:  # one odd message must not stop the watching
+                    log.exception("dashboard could not take a message on %s", delivery.topic)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            try:
+                self.hub.tick()
+            except Exception:
+                log.exception("dashboard tick failed")
+
+    # --- serving ------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(middlewares=[self._guard])
+        app.router.add_get("/", self._index)
+        app.router.add_get("/static/{name}", self._static)
+        app.router.add_get("/images/{sha}", self._image)
+        app.router.add_get("/api/runs", self._api_runs)
+        app.router.add_get("/api/runs/{run}", self._api_run)
+        app.router.add_get("/api/runs/{run}/episodes", self._api_episodes)
+        app.router.add_get("/api/runs/{run}/episodes/{episode}", self._api_episode)
+        app.router.add_post("/api/runs/{run}/control", self._api_control)
+        app.router.add_get("/ws", self._ws)
+        return app
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
+
+    async def start(self) -> str:
+        """Serve (and start the once-a-second tick); returns the URL to open."""
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            raise DashboardError(
+                f"cannot serve the dashboard on {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from None
+        if self.port == 0:
+            server = getattr(site, "_server", None)
+            sockets = getattr(server, "sockets", None) or []
+            if sockets:
+                self.port = sockets[0].getsockname()[1]
+        self._tasks.append(asyncio.create_task(self._tick()))
+        return self.url
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        for ws in list(self._sockets):
+            with contextlib.suppress(Exception):
+                await ws.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    @web.middleware
+    async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.token is not None:
+            given = (
+                request.query.get("token")
+                or request.headers.get("X-Parley-Token")
+                or request.cookies.get(TOKEN_COOKIE)
+                or ""
+            )
+            if not secrets.compare_digest(given.encode(), self.token.encode()):
+                raise web.HTTPForbidden(
+                    text="this dashboard needs its token: open the URL it printed"
+                )
+        response = await handler(request)
+        if self.token is not None and request.query.get("token"):
+            response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="Strict")
+        if not isinstance(response, web.WebSocketResponse):
+            response.headers.setdefault("Content-Security-Policy", CSP)
+            response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        return response
+
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            text=(STATIC / "index.html").read_text(encoding="utf-8"), content_type="text/html"
+        )
+
+    async def _static(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        kinds = {".js": "text/javascript", ".css": "text/css"}
+        suffix = Path(name).suffix
+        resource = STATIC / name
+        if "/" in name or suffix not in kinds or not resource.is_file():
+            raise web.HTTPNotFound()
+        return web.Response(
+            text=resource.read_text(encoding="utf-8"),
+            content_type=kinds[suffix],
+            headers={"Cache-Control": "no-cache"},
+        )
+
+    async def _image(self, request: web.Request) -> web.StreamResponse:
+        sha = request.match_info["sha"]
+        if not _SHA.match(sha):
+            raise web.HTTPNotFound()
+        data = self.hub.image(sha)
+        if data is None:
+            raise web.HTTPNotFound(text="no such image (yet)")
+        return web.Response(
+            body=data,
+            content_type="image/png",
+            headers={"Cache-Control": "max-age=31536000, immutable"},
+        )
+
+    async def _api_runs(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"runs": self.hub.runs_view()})
+
+    async def _api_run(self, request: web.Request) -> web.StreamResponse:
+        view = self.hub.run_view(request.match_info["run"])
+        if view is None:
+            raise web.HTTPNotFound(text=f"no run {request.match_info['run']!r}")
+        return web.json_response(view)
+
+    async def _api_episodes(self, request: web.Request) -> web.StreamResponse:
+        try:
+            view = self.hub.episodes_view(
+                request.match_info["run"], **episodes_query(dict(request.query))
+            )
+        except QueryError as exc:
+            raise web.HTTPBadRequest(text=str(exc)) from None
+        if view is None:
+            raise web.HTTPNotFound(text=f"no run {request.match_info['run']!r}")
+        return web.json_response(view)
+
+    async def _api_episode(self, request: web.Request) -> web.StreamResponse:
+        run, episode = request.match_info["run"], request.match_info["episode"]
+        view = await asyncio.to_thread(self.hub.episode_view, run, episode)
+        if view is None:
+            raise web.HTTPNotFound(text=f"no episode {episode!r} in run {run!r}")
+        return web.json_response(view)
+
+    async def _api_control(self, request: web.Request) -> web.StreamResponse:
+        run = request.match_info["run"]
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, ValueError):
+            raise web.HTTPBadRequest(text="expected a JSON body") from None
+        command = body.get("command") if isinstance(body, dict) else None
+        episode = str(body.get("episode") or "") if isinstance(body, dict) else ""
+        reason = str(body.get("reason") or "") if isinstance(body, dict) else ""
+        if command not in ("pause", "resume", "abort"):
+            raise web.HTTPBadRequest(
+                text=f"command must be pause, resume or abort, got {command!r}"
+            )
+        if command == "abort" and not episode:
+            raise web.HTTPBadRequest(text="abort needs the episode to abort")
+        try:
+            via = await self.control(run, command, episode, reason)
+        except Exception as exc:
+            raise web.HTTPBadRequest(text=f"{command} failed: {exc}") from None
+        return web.json_response({"ok": True, "command": command, "episode": episode, "via": via})
+
+    async def control(self, run: str, command: str, episode: str = "", reason: str = "") -> str:
+        """Pause or resume ``run``, or abort ``episode``: through the controller (the embedded
+        run's scheduler) where there is one, else as a ``Control`` message on the bus."""
+        if self.controller is not None:
+            return await self.controller(run, command, episode, reason)
+        if self.bus is None:
+            raise DashboardError("this dashboard watches no bus, so it cannot control a run")
+        topics.check_id(run, "run")
+        topic = topics.episode_control(run, episode) if episode else topics.control(run)
+        message = Control(
+            run=run, episode=episode, sender="dashboard", command=command, reason=reason
+        )  # type: ignore[arg-type]
+        await self.bus.publish(topic, message)
+        return "bus"
+
+    # --- the WebSocket --------------------------------------------------------------------------
+
+    async def _ws(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(heartbeat=30)
+        await ws.prepare(request)
+        self._sockets.add(ws)
+        view: dict[str, Any] = {"view": "runs"}
+        changed = asyncio.Event()
+        changed.set()
+        sender = asyncio.create_task(self._send_views(ws, lambda: view, changed))
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                try:
+                    wanted = json.loads(msg.data)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(wanted, dict) and wanted.get("view"):
+                    view = wanted
+                    changed.set()
+        finally:
+            sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+            self._sockets.discard(ws)
+        return ws
+
+    async def _send_views(
+        self,
+        ws: web.WebSocketResponse,
+        current: Callable[[], dict[str, Any]],
+        changed: asyncio.Event,
+    ) -> None:
+        """Send the tab's view whenever it changed, at most UPDATES_PER_S times a second."""
+        last_key: Any = None
+        sent_items = sent_states = 0
+        shown: dict[str, Any] = {}
+        while not ws.closed:
+            if changed.is_set():
+                changed.clear()
+                last_key = None
+                shown = current()
+                sent_items = sent_states = 0
+            payload, key = await self._view(shown, last_key, sent_items, sent_states)
+            if payload is not None:
+                if payload.get("type") == "episode":
+                    sent_items = payload.pop("_items_total")
+                    sent_states = payload.pop("_states_total")
+                await ws.send_str(json.dumps(payload, default=str))
+                last_key = key
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), 1.0 / UPDATES_PER_S)
+
+    async def _view(
+        self, wanted: dict[str, Any], last_key: Any, sent_items: int, sent_states: int
+    ) -> tuple[dict[str, Any] | None, Any]:
+        """The payload for ``wanted`` if it changed since ``last_key`` (else None)."""
+        hub = self.hub
+        kind = wanted.get("view")
+        run = str(wanted.get("run") or "")
+        state = hub.runs.get(run)
+        if kind == "runs":
+            key = ("runs", hub.version)
+            if key == last_key:
+                return None, key
+            return {"type": "runs", "runs": hub.runs_view()}, key
+        if state is None:
+            key = ("missing", run, len(hub.runs))
+            if key == last_key:
+                return None, key
+            return {"type": "missing", "run": run}, key
+        if kind == "run":
+            key = ("run", run, state.version)
+            if key == last_key:
+                return None, key
+            return {"type": "run", **(hub.run_view(run) or {})}, key
+        if kind == "episodes":
+            try:
+                query = episodes_query(wanted.get("query") or {})
+                key = ("episodes", run, state.index.version, json.dumps(query, sort_keys=True))
+                if key == last_key:
+                    return None, key
+                return {"type": "episodes", "run": run, **state.index.query(**query)}, key
+            except QueryError as exc:
+                key = ("error", str(exc))
+                return ({"type": "error", "error": str(exc)} if key != last_key else None), key
+        if kind == "episode":
+            episode = str(wanted.get("episode") or "")
+            live = state.live_episodes.get(episode)
+            row = state.index.get(episode)
+            key = (
+                "episode",
+                run,
+                episode,
+                live.version if live else -1,
+                row.offset if row else None,
+                row.outcome if row else None,
+            )
+            if key == last_key:
+                return None, key
+            view = await asyncio.to_thread(hub.episode_view, run, episode)
+            if view is None:
+                return {"type": "missing", "run": run, "episode": episode}, key
+            items, states = view["items"], view["states"]
+            reset = last_key is None or last_key[4] != key[4] or len(items) < sent_items
+            start_items = 0 if reset else sent_items
+            start_states = 0 if reset or len(states) < sent_states else sent_states
+            payload = {
+                "type": "episode",
+                "reset": reset or (start_states == 0 and sent_states > 0),
+                **{k: v for k, v in view.items() if k not in ("items", "states")},
+                "items": items[start_items:],
+                "items_from": start_items,
+                "states": states[start_states:],
+                "states_from": start_states,
+                "_items_total": len(items),
+                "_states_total": len(states),
+            }
+            return payload, key
+        return None, last_key
