@@ -1,9 +1,11 @@
-"""Readable HTML transcripts of a run's episodes, for any game.
+"""Readable HTML transcripts of a run's episodes, for any game: the dashboard's episode page
+as static files (``parley dashboard --export RUN``; clem's report writes them too).
 
 ``write_html(run_dir)`` writes ``run_dir/html/index.html`` (every episode with its outcome and
 main score) and one page per episode: who said what to whom, in order, with the images each
 player was shown (from ``run_dir/images/<sha256>.png``), system prompts folded away, feedback,
-violations and game-master notes. One column per participant, the game master first, as in
+violations and game-master notes, visibility marks, disclosures of private facts highlighted,
+and the states the game went through. One column per participant, the game master first, as in
 clembench's transcripts.
 
 A game adds its own material through ``extras``: a function ``(record, messages, html_dir) ->
@@ -19,12 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from parley.records import read_records
+from parley.observability.dashboard import episode as shown
+from parley.records import main_score, read_records
 
 ExtraFn = Callable[[dict[str, Any], list[dict[str, Any]], Path], str]
 Extras = Mapping[str, ExtraFn] | Callable[[dict[str, Any]], ExtraFn | None] | None
 
-GM = "game master"
+GM = shown.GM
 PALETTE = ("#e8f0fe", "#fdf0e3", "#e9f7ec", "#f6e8fb", "#fff8d6", "#e6f6f8")
 
 CSS = """
@@ -35,7 +38,7 @@ table.meta td, table.meta th, table.index td, table.index th { border: 1px solid
 table.transcript { width: 100%; table-layout: fixed; }
 table.transcript th { background: #f3f3f3; padding: 4px; border-bottom: 2px solid #bbb; }
 table.transcript td { vertical-align: top; padding: 4px; border-bottom: 1px solid #eee; }
-td.n { width: 2.5em; color: #888; font-size: 0.85em; }
+td.n, th.n { width: 2.5em; color: #888; font-size: 0.85em; }
 .msg { border-radius: 6px; padding: 6px 8px; white-space: pre-wrap; word-wrap: break-word; font-size: 0.92em; }
 .who { font-size: 0.78em; color: #555; margin-bottom: 2px; font-weight: 600; }
 .violation { background: #fde2e2; border: 1px solid #e99; }
@@ -45,7 +48,10 @@ img.stim { max-width: 260px; max-height: 220px; border: 1px solid #bbb; margin: 
 details { margin: 2px 0; } summary { cursor: pointer; color: #446; font-size: 0.85em; }
 .outcome-success { color: #1a7f37; font-weight: 600; } .outcome-lost { color: #9a6700; font-weight: 600; }
 .outcome-aborted, .outcome-error { color: #cf222e; font-weight: 600; }
-figure { display: inline-block; margin: 0 1em 1em 0; } figcaption { font-size: 0.85em; color: #444; }
+figure { display: inline-block; margin: 0 1em 1em 0; vertical-align: top; } figcaption { font-size: 0.85em; color: #444; }
+.vis { font-size: 0.8em; border-radius: 6px; padding: 0 5px; font-weight: normal; background: #e2ecfd; }
+.vis-private { background: #fde2e2; } .vis-public { background: #e3f6e5; }
+.disclosed { outline: 2px solid #d11; } .leak { color: #a40e26; font-weight: 600; }
 """
 
 
@@ -72,65 +78,75 @@ def _e(text: Any) -> str:
 
 
 def _parts(parts: Iterable[dict[str, Any]], image_src: Callable[[str], str]) -> str:
+    """Displayed parts (``{"text": …}`` or ``{"image": sha}``) as HTML, text escaped."""
     out = []
     for part in parts:
-        if part.get("type") == "image":
-            src = image_src(part["sha256"])
+        if "image" in part:
+            src = image_src(part["image"])
             out.append(
-                f'<a href="{src}"><img class="stim" src="{src}" alt="image {part["sha256"][:12]}"></a>'
+                f'<a href="{src}"><img class="stim" src="{src}" alt="image {part["image"][:12]}"></a>'
             )
         elif part.get("text"):
             out.append(_e(part["text"]))
     return "\n".join(out)
 
 
-def _cell(who: str, body: str, css: str = "", color: str = "") -> str:
+def _cell(who: str, body: str, css: str = "", color: str = "", badge: str = "") -> str:
     style = f' style="background:{color}"' if color else ""
-    return f'<div class="msg {css}"{style}><div class="who">{_e(who)}</div>{body}</div>'
+    mark = f' <span class="vis vis-{_e(badge)}">{_e(badge)}</span>' if badge else ""
+    return f'<div class="msg {css}"{style}><div class="who">{_e(who)}{mark}</div>{body}</div>'
 
 
 def _rows(
-    messages: list[dict[str, Any]], roles: list[str], image_src: Callable[[str], str]
+    messages: list[dict[str, Any]],
+    roles: list[str],
+    image_src: Callable[[str], str],
+    disclosed: dict[str, list[str]] | None = None,
 ) -> list[tuple[str, str]]:
-    """(column, cell HTML) per displayed message."""
+    """(column, cell HTML) per displayed message: the dashboard's episode items
+    (:func:`parley.observability.dashboard.episode.items`), drawn as static HTML."""
     colors = {role: PALETTE[i % len(PALETTE)] for i, role in enumerate(roles)}
     rows: list[tuple[str, str]] = []
-    for m in messages:
-        kind = m.get("kind")
-        if kind == "turn_request":
-            role = m.get("role", "")
-            body = []
-            if m.get("system"):
-                body.append(f"<details><summary>system prompt</summary>{_e(m['system'])}</details>")
-            for said in m.get("incoming", []):
-                body.append(f"<b>{_e(said['sender'])}:</b> {_parts(said['content'], image_src)}")
-            if m.get("observation"):
-                body.append(_parts(m["observation"], image_src))
-            if m.get("feedback"):
-                body.append(f"<i>feedback:</i> {_e(m['feedback'])}")
-            if m.get("legal_actions"):
-                body.append(f"<i>actions:</i> {_e(', '.join(m['legal_actions']))}")
-            rows.append((GM, _cell(f"GM → {role} (turn {m.get('turn', '')})", "\n".join(body))))
-        elif kind == "turn_response":
-            role = m.get("role", "")
-            who = f"{role} → GM" + (f" · {m['model']}" if m.get("model") else "")
-            rows.append((role, _cell(who, _e(m.get("text", "")), color=colors.get(role, ""))))
-        elif kind == "transcript_event" and m.get("event") in ("violation", "note", "action"):
-            event = m["event"]
-            text = _parts(m.get("content", []), image_src)
-            data = m.get("data") or {}
-            if data and event != "note":
-                text += f"\n<small>{_e(json.dumps(data))}</small>"
-            elif data and event == "note":
-                text += f"<details><summary>data</summary>{_e(json.dumps(data))}</details>"
-            css = {"violation": "violation", "note": "note"}.get(event, "")
-            if m.get("visibility") == "private":
-                css += " private"
-            rows.append((GM, _cell(f"{event} · {m.get('from_role', '')}", text, css)))
-        elif kind == "episode_finished":
-            body = f"{_e(m.get('outcome'))}: {_e(m.get('reason', ''))}"
-            rows.append((GM, _cell("episode finished", body, "note")))
+    for item in shown.mark(shown.items(messages), disclosed or {}):
+        kind = item["kind"]
+        if kind == "started":
+            continue
+        body = []
+        if item.get("system"):
+            body.append(f"<details><summary>system prompt</summary>{_e(item['system'])}</details>")
+        body.append(_parts(item["parts"], image_src))
+        if item.get("data"):
+            if kind == "note":
+                body.append(f"<details><summary>data</summary>{_e(item['data'])}</details>")
+            else:
+                body.append(f"<small>{_e(item['data'])}</small>")
+        css = {"violation": "violation", "note": "note", "finished": "note"}.get(kind, "")
+        if item["visibility"] == "private" and kind not in ("request", "reply"):
+            css += " private"
+        if item.get("disclosed"):
+            css += " disclosed"
+            body.append(f"<div class='leak'>discloses {_e('; '.join(item['disclosed']))}</div>")
+        column = item["column"] if item["column"] in roles else GM
+        color = colors.get(column, "") if kind == "reply" else ""
+        badge = "" if kind in ("request", "reply", "finished") else item["visibility"]
+        rows.append((column, _cell(item["who"], "\n".join(body), css.strip(), color, badge)))
     return rows
+
+
+def _states(states: list[dict[str, Any]], image_src: Callable[[str], str]) -> str:
+    """The states an episode went through, as a strip of figures (the dashboard's timeline)."""
+    figures = []
+    for state in states:
+        images = "".join(
+            f'<a href="{image_src(sha)}"><img class="stim" src="{image_src(sha)}" alt="state {state["step"]}"></a>'
+            for sha in state["images"]
+        )
+        caption = f"state {state['step'] + 1} · turn {state['turn']}" + (
+            " · final" if state["final"] else ""
+        )
+        text = f"<pre>{_e(state['text'])}</pre>" if state["text"] and not images else ""
+        figures.append(f"<figure>{images}{text}<figcaption>{_e(caption)}</figcaption></figure>")
+    return "".join(figures)
 
 
 def episode_html(
@@ -143,7 +159,8 @@ def episode_html(
     """One episode's page."""
     roles = list(record.get("pairing", {}))
     columns = [GM, *roles]
-    rows = _rows(messages, roles, image_src)
+    rows = _rows(messages, roles, image_src, shown.disclosures(record, messages))
+    states = _states(shown.states(messages), image_src)
     outcome = record.get("outcome", "")
     settings = (record.get("spec") or {}).get("settings", {})
     meta = [
@@ -161,12 +178,12 @@ def episode_html(
     meta_html = "".join(
         f"<tr><th>{_e(k)}</th><td>{v if k == 'outcome' else _e(v)}</td></tr>" for k, v in meta
     )
-    scores = record.get("scores") or {}
+    scores = {"main": main_score(record), **(record.get("scores") or {})}
     score_html = "".join(
         f"<tr><th>{_e(k)}</th><td>{'–' if v is None else _e(round(v, 3) if isinstance(v, float) else v)}</td></tr>"
         for k, v in scores.items()
     )
-    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    head = "".join(f"<th>{_e('game master' if c == GM else c)}</th>" for c in columns)
     body = []
     for i, (column, cell) in enumerate(rows, 1):
         tds = "".join(f"<td>{cell if c == column else ''}</td>" for c in columns)
@@ -178,6 +195,7 @@ def episode_html(
         f"<table class='meta'>{meta_html}</table>"
         f"<h2>Scores</h2><table class='meta'>{score_html}</table>"
         + (f"<h2>Game view</h2>{extra}" if extra else "")
+        + (f"<h2>States</h2><div class='states'>{states}</div>" if states else "")
         + f"<h2>Transcript</h2><table class='transcript'><tr><th class='n'>#</th>{head}</tr>{''.join(body)}</table>"
         "</body></html>"
     )
@@ -229,7 +247,7 @@ def write_html(
             episode_html(record, messages, image_src=image_src, extra=extra), encoding="utf-8"
         )
         settings = (record.get("spec") or {}).get("settings", {})
-        main = record.get("main_score", (record.get("scores") or {}).get("main"))
+        main = main_score(record)
         index_rows.append(
             f"<tr><td><a href='{name}'>{_e(record['episode'])}</a></td><td>{_e(record.get('game', ''))}</td>"
             f"<td>{_e(', '.join(f'{k}={v}' for k, v in settings.items()))}</td>"
