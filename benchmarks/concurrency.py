@@ -174,8 +174,11 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
     sampler = asyncio.create_task(monitor.sampler())
     out = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     start = time.monotonic()
-    outcome = await run_experiment(config, out / "run")
+    schedulers: list[Any] = []
+    outcome = await run_experiment(config, out / "run", on_start=schedulers.append)
     wall = time.monotonic() - start
+    # What the run status (runtime/status.py) cost the parent: CPU building and publishing it.
+    status = schedulers[0].status
     monitor.measure_processes()
     monitor.stop()
     await sampler
@@ -215,6 +218,9 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
         "server_peak_rss_mb": round(monitor.server_peak_rss / 2**20, 1),
         "runtime_cpu_s_per_request_ms": round(1000 * cpu_runtime / max(1, total_ok), 3),
         "runtime_cpu_share": round(cpu_runtime / wall, 2),
+        "status_publishes": status.published,
+        "status_cpu_ms_per_s": round(1000 * status.cpu_s / wall, 3),
+        "status_cpu_ms_per_publish": round(1000 * status.cpu_s / max(1, status.published), 3),
         "server_cpu_share": round(cpu_server / wall, 2),
         "run_folder": str(out / "run"),
     }
@@ -294,6 +300,10 @@ def main() -> int:
             f"{result['runtime_cpu_share']} / {result['server_cpu_share']} cores",
         ),
         ("runtime CPU per request", f"{result['runtime_cpu_s_per_request_ms']} ms"),
+        (
+            "run status (main): CPU per second / per publish",
+            f"{result['status_cpu_ms_per_s']} / {result['status_cpu_ms_per_publish']} ms",
+        ),
         ("outcomes", ", ".join(f"{k} {v}" for k, v in sorted(result["outcomes"].items()))),
     ]
     rows += [("error", e[:200]) for e in result["errors"]]
