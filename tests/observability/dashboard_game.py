@@ -48,9 +48,10 @@ class PaintMaster(GameMaster):
         return "painter"
 
     def observe(self, role: str) -> Observation:
+        step = min(self.step, self.turns)  # the last square stays shown once all are painted
         return Observation(
-            text=f"square {self.step} of {self.turns}",
-            images=[square(self.step)],
+            text=f"square {step} of {self.turns}",
+            images=[square(step)],
             data={"step": self.step, "delay_s": float(self.settings.get("delay_s", 0.25))},
         )
 
