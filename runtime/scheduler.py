@@ -274,7 +274,7 @@ def _endpoint_source(
     model pool once it is open."""
     figures = getattr(scheduler, "endpoint_figures", None)
     if figures is not None:
-        return figures  # type: ignore[no-any-return]
+        return figures
 
     def pool() -> list[list[dict[str, Any]]]:
         status = getattr(options.models, "endpoint_status", None)

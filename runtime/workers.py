@@ -138,6 +138,9 @@ class WorkerScheduler:
     the model servers the parent launched reach the workers as URLs.
     """
 
+    # The run status of the whole run (``main``), set by run_experiment.
+    status: StatusPublisher | None = None
+
     def __init__(
         self,
         specs: list[EpisodeSpec],
