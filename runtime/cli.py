@@ -61,9 +61,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     async def main() -> RunOutcome:
         loop = asyncio.get_running_loop()
         interrupts = 0
+        dashboard: dict[str, Any] = {}  # "d": the embedded dashboard; "leave": its last wait
 
         def on_signal() -> None:
             nonlocal interrupts
+            if "leave" in dashboard:  # the run is over; only the dashboard was left
+                dashboard["leave"].set()
+                return
             interrupts += 1
             if interrupts > 1:
                 raise SystemExit(130)
@@ -94,7 +98,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         ticker = None
         if not args.quiet:
             ticker = asyncio.create_task(refresh() if show else log_lines())
-        dashboard: dict[str, Any] = {}
         dashboard_started: list[asyncio.Task[None]] = []
 
         def started(scheduler: Scheduler | WorkerScheduler) -> None:
@@ -105,7 +108,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 )
 
         try:
-            return await run_experiment(
+            outcome = await run_experiment(
                 config,
                 out,
                 resume=args.resume,
@@ -113,6 +116,21 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 concurrency=args.concurrency,
                 on_start=started,
             )
+            if dashboard and sys.stdin.isatty() and not interrupts:
+                # Someone is at the terminal: the finished episodes stay there to look at.
+                if ticker is not None:
+                    ticker.cancel()
+                if show:
+                    live.stop()
+                console.print(
+                    f"the run is over; the dashboard stays at {dashboard['d'].url} until Ctrl-C",
+                    highlight=False,
+                    soft_wrap=True,
+                )
+                leave = asyncio.Event()
+                dashboard["leave"] = leave
+                await leave.wait()
+            return outcome
         finally:
             if dashboard:
                 await dashboard["d"].stop()

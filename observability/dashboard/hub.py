@@ -238,6 +238,8 @@ class Hub:
         self.runs: dict[str, RunState] = {}
         self.images = ImageCache()
         self.folders: dict[Path, Followed] = {}
+        self.roots: list[Path] = []  # folders of run folders, looked through again now and then
+        self.ticks = 0
         self.version = 0
         self._views: OrderedDict[tuple[str, str, int], dict[str, Any]] = OrderedDict()
 
@@ -362,9 +364,11 @@ class Hub:
     def follow_all(self, root: str | Path) -> int:
         """Follow every run folder directly under ``root`` (and ``root`` itself if it is one)."""
         base = Path(root)
+        if base not in self.roots:
+            self.roots.append(base)
         found = 0
         for candidate in [base, *sorted(p for p in base.iterdir() if p.is_dir())]:
-            if self.follow(candidate) is not None:
+            if candidate.resolve() in self.folders or self.follow(candidate) is not None:
                 found += 1
         return found
 
@@ -640,7 +644,13 @@ class Hub:
         }
 
     def tick(self) -> None:
-        """Once a second: read the folders' new records and take a chart sample of live runs."""
+        """Once a second: read the folders' new records and take a chart sample of live runs;
+        every ten, look for new run folders."""
+        self.ticks += 1
+        if self.ticks % 10 == 0:
+            for root in self.roots:
+                with contextlib.suppress(OSError):
+                    self.follow_all(root)
         self.poll_folders()
         for state in self.runs.values():
             if state.live or state.local_status is not None:
