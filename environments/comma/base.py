@@ -213,8 +213,9 @@ class CommaGameMaster(GameMaster):
         return self.puzzle.private_facts() if role == "solver" else {}
 
     def observer_view(self, images: bool = True) -> ObserverView:
-        """The puzzle as the solver sees it, with the solver's private facts (an ATM's PIN, a
-        patient's record) spelled out: then the view is ``private``."""
+        """The puzzle as the solver sees it (its picture in the image variant), with the
+        solver's private facts (an ATM's PIN, a patient's record) spelled out: then the view is
+        ``private``."""
         puzzle = self.puzzle
         lines = [puzzle.title, puzzle.describe()]
         facts = puzzle.private_facts()
@@ -222,7 +223,9 @@ class CommaGameMaster(GameMaster):
             lines.append(
                 "Private: " + "; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in facts.items())
             )
-        pictures = puzzle.observe("solver", variant="image").images if images else []
+        # The picture the solver is shown (drawn once for both): none in the text variant.
+        drawn = images and self.variant == "image"
+        pictures = puzzle.observe("solver", variant="image").images if drawn else []
         return ObserverView(
             text="\n".join(lines),
             images=pictures,

@@ -13,6 +13,7 @@ episode, and it does not make the score "aborted" (the paper scores it, so do we
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 from parley.environments.base import (
@@ -60,10 +61,12 @@ class _PlaygroundMaster(GameMaster):
         self.variant = str(self.settings.get("variant", "image"))
         if self.variant not in ("image", "text"):
             raise ValueError(f"variant must be 'image' or 'text', not {self.variant!r}")
+        self._observed: tuple[str, list[bytes]] | None = None  # the observer's last picture
 
     def observer_view(self, images: bool = True) -> ObserverView:
         """The board as it stands (the position of a game in play, else the task's board), as
-        text and as a picture; nothing on it is hidden from the players, so it is public."""
+        text and, in the image variant, as a picture; nothing on it is hidden from the
+        players, so it is public."""
         position = getattr(self, "position", None)
         if position is not None:
             matrix, extra = position.matrix(), position.extra()
@@ -71,7 +74,12 @@ class _PlaygroundMaster(GameMaster):
         else:
             matrix, extra, status = self.instance["board"], self.instance.get("extra", {}), []
         text = "\n".join([f"{self.kit.title} ({self.task})", self.kit.text(matrix, extra), *status])
-        pictures = _board(self.kit, "image", matrix, extra)[1] if images else []
+        pictures: list[bytes] = []
+        if images and self.variant == "image":  # the text variant draws no picture
+            key = json.dumps([matrix, extra], sort_keys=True, default=str)
+            if self._observed is None or self._observed[0] != key:  # drawn when it changed
+                self._observed = (key, _board(self.kit, "image", matrix, extra)[1])
+            pictures = self._observed[1]
         return ObserverView(text=text, images=pictures, data=self._whose_turn_data())
 
     def _intro(self) -> str:
