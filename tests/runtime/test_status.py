@@ -159,3 +159,29 @@ async def test_the_parent_of_two_workers_counts_every_episode_and_every_endpoint
     # the endpoints of both workers, whose requests together are all the server answered.
     _check_endpoints(main, sim)
     assert main.endpoints[0].in_flight == 0
+
+
+def test_outside_a_terminal_parley_run_logs_status_lines(
+    sim: SimServerProcess,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under pytest stderr is not a terminal, as under nohup or Slurm: instead of the live
+    table, ``parley run`` prints the run status as one line now and then (every 30 s; here
+    every 0.2 s, so that a short run prints some)."""
+    from parley.runtime import status
+    from parley.runtime.cli import main
+
+    monkeypatch.setattr(status, "LOG_EVERY_S", 0.2)
+    sim.reset()
+    config = tmp_path / "run.yaml"
+    config.write_text(_config(sim, name="status-cli", concurrency=2).model_dump_json())
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == 0
+    lines = [
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("status-cli:")
+    ]
+    assert lines
+    done = [int(line.split("done ")[1].split("/")[0]) for line in lines]
+    assert done == sorted(done) and done[-1] <= 12
+    assert all("/12, running " in line and " req/s, ETA " in line for line in lines)
