@@ -39,6 +39,7 @@ from parley.environments.base import (
     ObserverView,
     ReasonCode,
     Scores,
+    Turn,
 )
 from parley.memory import HistoryPolicy
 from parley.observability import tracing
@@ -222,6 +223,7 @@ class EpisodeRunner:
         self._state_step = 0
         self._state_on = options.state != "off"
         self._last_view: ObserverView | None = None
+        self._last_image: tuple[bytes, ImagePart] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -332,7 +334,6 @@ class EpisodeRunner:
             spec=spec.model_dump(mode="json", exclude={"instance"}),
         )
         await self._emit(self._events_topic, started)
-        await self._publish_state()
         await self._advance()
 
     async def _release(self) -> None:
@@ -415,52 +416,49 @@ class EpisodeRunner:
 
     # --- the game's state, for dashboards ---------------------------------------------------
 
-    async def _publish_state(self) -> None:
+    async def _publish_state(self, view: ObserverView) -> None:
         """The observer's view after a step, retained on the state topic (``state: every_step``)."""
-        if not self._state_on or self.options.state != "every_step" or self.done.done():
-            return
-        view = await self._observer_view()
-        if view is None or self.done.done():
-            return
         state = self._state_update(view, final=False)
         # Not local: the retained state is for observers in other processes too.
         await self.bus.publish(self._state_topic, state, retain=True)
 
     async def _publish_final_state(self) -> None:
-        """The last state, with the episode's scores; then the retained one is cleared."""
+        """The last state, with the episode's scores; then the retained one is cleared.
+
+        Its view is the one drawn with the game's last turn (the game is over, nothing changes
+        it); an episode ended from outside (aborted, timed out, cancelled, failed) may still
+        have a call into the game running in its thread, so the game is not asked again."""
         if not self._state_on or self.gm is None:
             return
-        if self.gm.outcome is not None:
-            view = await self._observer_view()
-        else:
-            # Ended from outside (aborted, timed out, cancelled, failed): a call into the game
-            # may still be running in its thread, so the last view stands for the final one.
-            view = self._last_view or ObserverView()
+        view = self._last_view or ObserverView()
         result = self.result
         # Like the results, this is for observers only: a failing bus must not fail the record.
         with contextlib.suppress(Exception):
-            if view is not None:
-                state = self._state_update(view, final=True)
-                state.scores = {"main": result.main_score, **result.scores}
-                await self.bus.publish(self._state_topic, state)
+            state = self._state_update(view, final=True)
+            state.scores = {"main": result.main_score, **result.scores}
+            await self.bus.publish(self._state_topic, state)
             if self.options.state == "every_step":
                 await self.bus.clear_retained(self._state_topic)
 
-    async def _observer_view(self) -> ObserverView | None:
-        gm = self.gm
-        if gm is None:
-            return None
+    def _next_turn_and_view(self) -> tuple[Turn | None, ObserverView | None]:
+        """The game's next turn and, where states are published, its observer view now: one
+        call into the game (one trip to a worker thread, for a game that offloads)."""
+        assert self.gm is not None
+        turn = self.gm.next_turn()
+        wanted = self.options.state == "every_step" or turn is None  # "end": the last only
+        if not self._state_on or not wanted:
+            return turn, None
         try:
-            view: ObserverView = await self._gm_call(gm.observer_view, self.options.state_images)
-            self._last_view = view
-            return view
+            view = self.gm.observer_view(self.options.state_images)
         except Exception as exc:
             # A view that cannot be drawn costs the dashboard its board, not the episode.
             log.warning(
                 "episode %s: no observer view (%s: %s)", self.spec.id, type(exc).__name__, exc
             )
             self._state_on = False
-            return None
+            return turn, None
+        self._last_view = view
+        return turn, view
 
     def _state_update(self, view: ObserverView, *, final: bool) -> StateUpdate:
         sent = self.options.sent_images
@@ -468,7 +466,10 @@ class EpisodeRunner:
             sent.clear()
         content: list[TextPart | ImagePart] = [TextPart(text=view.text)]
         for data in view.images:
-            image = ImagePart.from_bytes(data)
+            # A game that keeps its picture (COMMA) hands the same bytes again: hash them once.
+            last = self._last_image
+            image = last[1] if last is not None and last[0] is data else ImagePart.from_bytes(data)
+            self._last_image = (data, image)
             self.result.images.setdefault(image.sha256, data)  # the run folder keeps it too
             if image.sha256 in sent:
                 image = image.by_reference()
@@ -501,12 +502,14 @@ class EpisodeRunner:
         gm = self.gm
         assert gm is not None
         try:
-            turn = await self._gm_call(gm.next_turn)
+            turn, view = await self._gm_call(self._next_turn_and_view)
         except Exception as exc:
             self.fail(f"game master failed: {type(exc).__name__}: {exc}", exc)
             return
         if self.done.done():  # cancelled while the game master worked
             return
+        if view is not None and turn is not None:  # at the end, the final state follows
+            await self._publish_state(view)
         # What the game recorded while preparing the turn (a question put, a target noted)
         # goes into the transcript before the request it belongs to.
         for event in gm.drain_events():
@@ -591,7 +594,6 @@ class EpisodeRunner:
         for event in events:
             await self._emit(self._events_topic, self._transcript_event(event))
         self._end_turn()
-        await self._publish_state()
         await self._advance()
 
     def _end_turn(self) -> None:

@@ -176,10 +176,10 @@ async def test_states_arrive_in_step_order_and_the_last_is_final_with_the_scores
         by_episode.setdefault(state.episode, []).append(state)
     assert set(by_episode) == set(records)
     for episode, seq in by_episode.items():
-        # the start, one per reply (5), and the final one
-        assert [s.step for s in seq] == list(range(len(seq))) == list(range(7))
-        assert [s.final for s in seq] == [False] * 6 + [True]
-        assert [s.progress for s in seq[:6]] == [n / 5 for n in range(6)]
+        # the start, one after each reply that did not end the game (4), and the final one
+        assert [s.step for s in seq] == list(range(len(seq))) == list(range(6))
+        assert [s.final for s in seq] == [False] * 5 + [True]
+        assert [s.progress for s in seq] == [n / 5 for n in range(6)]
         final = seq[-1]
         assert final.scores["main"] == records[episode]["main_score"] == 100.0
         assert final.game == "test.board" and final.visibility == Visibility.PUBLIC
