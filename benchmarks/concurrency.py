@@ -9,6 +9,7 @@ the runtime process and of the server.
     python benchmarks/concurrency.py                       # 2,000 at once, 1 s per reply
     python benchmarks/concurrency.py --workers 1              # all in one process
     python benchmarks/concurrency.py --concurrency 500 --episodes 1500 --profile
+    python benchmarks/concurrency.py --dashboard --workers 1  # watched: the dashboard's cost
 
 Writes benchmarks/results/concurrency.json (and concurrency.prof with --profile).
 """
@@ -138,6 +139,47 @@ class Monitor:
         self._stop = True
 
 
+class Watcher:
+    """``--dashboard``: the embedded dashboard of ``parley run --dashboard`` in this process,
+    and one browser-like WebSocket client watching the run page for the whole run."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.updates = 0
+        self.dashboard: Any = None
+        self._task: asyncio.Task[None] | None = None
+
+    def attach(self, scheduler: Any) -> None:
+        self._task = asyncio.create_task(self._watch(scheduler))
+
+    async def _watch(self, scheduler: Any) -> None:
+        from parley.observability.dashboard.embed import start_embedded
+
+        self.dashboard = await start_embedded(scheduler, self.folder, port=0)
+        run = scheduler.options.run
+        async with (
+            aiohttp.ClientSession() as http,
+            http.ws_connect(self.dashboard.url + "ws") as ws,
+        ):
+            await ws.send_str(json.dumps({"view": "run", "run": run}))
+            async for message in ws:
+                if message.type == aiohttp.WSMsgType.TEXT:
+                    json.loads(message.data)  # a browser parses every update too
+                    self.updates += 1
+
+    @property
+    def cpu_s(self) -> float:
+        return self.dashboard.cpu_s if self.dashboard is not None else 0.0
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        if self.dashboard is not None:
+            await self.dashboard.stop()
+
+
 def steady(samples: list[tuple[float, int, int]], target: int) -> tuple[float, float, float]:
     """(requests/s, mean outstanding, seconds) over the samples with at least 90 % of the
     target in flight (the ramp-up and the tail left out)."""
@@ -175,8 +217,15 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
     out = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     start = time.monotonic()
     schedulers: list[Any] = []
-    outcome = await run_experiment(config, out / "run", on_start=schedulers.append)
+    watcher = Watcher(out / "run") if args.dashboard else None
+    outcome = await run_experiment(
+        config,
+        out / "run",
+        on_start=lambda s: (schedulers.append(s), watcher and watcher.attach(s)),
+    )
     wall = time.monotonic() - start
+    if watcher is not None:
+        await watcher.close()
     # What the run status (runtime/status.py) cost the parent: CPU building and publishing it.
     status = schedulers[0].status
     monitor.measure_processes()
@@ -222,6 +271,12 @@ async def bench(args: argparse.Namespace, sim: SimServerProcess) -> dict[str, An
         "status_cpu_ms_per_s": round(1000 * status.cpu_s / wall, 3),
         "status_cpu_ms_per_publish": round(1000 * status.cpu_s / max(1, status.published), 3),
         "server_cpu_share": round(cpu_server / wall, 2),
+        "dashboard": bool(args.dashboard),
+        "dashboard_updates": watcher.updates if watcher else 0,
+        "dashboard_cpu_s": round(watcher.cpu_s, 3) if watcher else 0.0,
+        "dashboard_share_of_runtime_cpu": (
+            round(watcher.cpu_s / cpu_runtime, 4) if watcher and cpu_runtime else 0.0
+        ),
         "run_folder": str(out / "run"),
     }
 
@@ -245,6 +300,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--profile", action="store_true", help="cProfile this process (use with --workers 1)"
+    )
+    parser.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="with the embedded dashboard and one WebSocket client watching the run page",
     )
     args = parser.parse_args()
     args.episodes = args.episodes or 3 * args.concurrency
@@ -279,6 +339,14 @@ def main() -> int:
             + (f"on, sample {args.trace_sample:g}" if result["tracing"] else "off"),
         ),
         ("worker processes", str(result["workers"])),
+        (
+            "dashboard",
+            f"embedded, {result['dashboard_updates']} updates sent to one watcher; its CPU "
+            f"{result['dashboard_cpu_s']} s, {100 * result['dashboard_share_of_runtime_cpu']:.1f} % "
+            "of the runtime's"
+            if result["dashboard"]
+            else "off",
+        ),
         ("ideal requests/s", f"{result['ideal_requests_per_s']:,.0f}"),
         ("achieved requests/s (steady)", f"{result['achieved_requests_per_s']:,.0f}"),
         ("achieved / ideal", f"{100 * result['achieved_vs_ideal']:.0f} %"),

@@ -21,6 +21,7 @@ import json
 import logging
 import re
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from pathlib import Path
@@ -107,6 +108,9 @@ class Dashboard:
         self._tasks: list[asyncio.Task[None]] = []
         self._runner: web.AppRunner | None = None
         self._sockets: set[web.WebSocketResponse] = set()
+        # CPU seconds spent taking messages in, ticking and building views: what watching
+        # costs the process it shares (benchmarks/concurrency.py --dashboard reports it).
+        self.cpu_s = 0.0
 
     # --- feeding the hub ----------------------------------------------------------------------
 
@@ -130,20 +134,25 @@ class Dashboard:
         with contextlib.suppress(BusClosed):
             await sub.ready()
             ingest = self.hub.ingest
+            clock = time.thread_time
             while True:
                 delivery = await sub.get()
+                began = clock()
                 try:
                     ingest(delivery.message)
                 except Exception:  # one odd message must not stop the watching
                     log.exception("dashboard could not take a message on %s", delivery.topic)
+                self.cpu_s += clock() - began
 
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(1.0)
+            began = time.thread_time()
             try:
                 self.hub.tick()
             except Exception:
                 log.exception("dashboard tick failed")
+            self.cpu_s += time.thread_time() - began
 
     # --- serving ------------------------------------------------------------------------------
 
@@ -273,7 +282,7 @@ class Dashboard:
 
     async def _api_episode(self, request: web.Request) -> web.StreamResponse:
         run, episode = request.match_info["run"], request.match_info["episode"]
-        view = await asyncio.to_thread(self.hub.episode_view, run, episode)
+        view = self.hub.episode_view(run, episode)
         if view is None:
             raise web.HTTPNotFound(text=f"no episode {episode!r} in run {run!r}")
         return web.json_response(view)
@@ -358,17 +367,22 @@ class Dashboard:
                 last_key = None
                 shown = current()
                 sent_items = sent_states = 0
-            payload, key = await self._view(shown, last_key, sent_items, sent_states)
+            began = time.thread_time()
+            payload, key = self._view(shown, last_key, sent_items, sent_states)
+            text = None
             if payload is not None:
                 if payload.get("type") == "episode":
                     sent_items = payload.pop("_items_total")
                     sent_states = payload.pop("_states_total")
-                await ws.send_str(json.dumps(payload, default=str))
+                text = json.dumps(payload, default=str)
+            self.cpu_s += time.thread_time() - began
+            if text is not None:
+                await ws.send_str(text)
                 last_key = key
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), 1.0 / UPDATES_PER_S)
 
-    async def _view(
+    def _view(
         self, wanted: dict[str, Any], last_key: Any, sent_items: int, sent_states: int
     ) -> tuple[dict[str, Any] | None, Any]:
         """The payload for ``wanted`` if it changed since ``last_key`` (else None)."""
@@ -415,7 +429,7 @@ class Dashboard:
             )
             if key == last_key:
                 return None, key
-            view = await asyncio.to_thread(hub.episode_view, run, episode)
+            view = hub.episode_view(run, episode)
             if view is None:
                 return {"type": "missing", "run": run, "episode": episode}, key
             items, states = view["items"], view["states"]
