@@ -470,7 +470,6 @@ class EpisodeRunner:
             last = self._last_image
             image = last[1] if last is not None and last[0] is data else ImagePart.from_bytes(data)
             self._last_image = (data, image)
-            self.result.images.setdefault(image.sha256, data)  # the run folder keeps it too
             if image.sha256 in sent:
                 image = image.by_reference()
             else:
