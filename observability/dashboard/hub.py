@@ -270,6 +270,14 @@ class Hub:
             live.states.append(message)
             live.version += 1
             self._keep_images(message.content)
+        elif kind == "turn_response":
+            # A role's reply, as the game master receives it (the embedded dashboard sees these).
+            state = self.runs.get(message.run)
+            live = state.live_episodes.get(message.episode) if state else None
+            if live is None or live.finished is not None:
+                return
+            live.messages.append(message)
+            live.version += 1
         elif isinstance(message, EpisodeFinished):
             self._finished(message)
         elif kind == "run_status":

@@ -117,18 +117,22 @@ class Dashboard:
     async def watch(self, bus: Bus, run: str = "+") -> None:
         """Subscribe to the runs on ``bus`` (``run``: one run id, or ``+`` for every run)."""
         self.bus = bus
-        filters = [
-            f"{topics.ROOT}/{run}/status/+",
-            f"{topics.ROOT}/{run}/results",
-            f"{topics.ROOT}/{run}/+/events",
-            f"{topics.ROOT}/{run}/+/state",
-        ]
+        if run == "+":
+            filters = [
+                f"{topics.ROOT}/+/status/+",
+                f"{topics.ROOT}/+/results",
+                f"{topics.ROOT}/+/+/events",
+                f"{topics.ROOT}/+/+/state",
+            ]
+        else:
+            # One run, in its own process: every publish of the run is matched against each
+            # wildcard filter here, so one (events, state, status, and the replies on the game
+            # master's inbox) and an exact one (results) cost the run less than four.
+            filters = [f"{topics.ROOT}/{run}/+/+", topics.results(run)]
         for topic_filter in filters:
             # A dashboard never holds a run back: a mailbox this size does not fill.
             sub = bus.subscribe(topic_filter, maxsize=1_000_000)
             self._tasks.append(asyncio.create_task(self._consume(sub)))
-        for task_sub in filters:
-            log.debug("dashboard subscribed to %s", task_sub)
 
     async def _consume(self, sub: Any) -> None:
         with contextlib.suppress(BusClosed):
