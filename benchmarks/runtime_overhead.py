@@ -4,12 +4,15 @@ Plays COMMA's wire puzzle (scripted solver and expert) at 1 and 1,000 concurrent
 the local bus and through a Mosquitto it starts from the project config. The text variant
 measures the runtime itself; the image variant adds rendering a PNG per solver turn. Tracing
 "on" is the default tracing of a run (spans to traces.jsonl; bus publish/receive spans only over
-MQTT, where messages cross processes). Memory per
-live episode is the tracemalloc peak of 1,000 episodes in flight at once, less the peak of one,
-divided by 999 (text variant: images excluded). Prints a table, writes
+MQTT, where messages cross processes). State "on" publishes the observer's view after every
+step (``state: {publish: every_step}``, the default of a run: text, and the puzzle's picture in
+the image variant, retained over MQTT and cleared at each episode's end); "off" publishes none.
+Memory per live episode is the tracemalloc peak of 1,000 episodes in flight at once, less the
+peak of one, divided by 999 (text variant: images excluded). Prints a table, writes
 benchmarks/results/runtime_overhead.json.
 
-    python benchmarks/runtime_overhead.py [--episodes 3000] [--no-mqtt]
+    python benchmarks/runtime_overhead.py [--episodes 3000] [--no-mqtt] [--state on|off|both]
+        [--tracing on|off|both]
 """
 
 from __future__ import annotations
@@ -34,11 +37,14 @@ from parley.runtime.scheduler import run_experiment
 RESULTS = Path(__file__).parent / "results"
 
 
-def config(episodes: int, concurrency: int, variant: str, tracing: bool) -> dict:
+def config(
+    episodes: int, concurrency: int, variant: str, tracing: bool, state: bool = True
+) -> dict:
     return {
         "name": "overhead",
         "concurrency": concurrency,
         "tracing": {"enabled": tracing},
+        "state": {"publish": "every_step" if state else "off"},
         "games": [
             {
                 "game": "comma.wire",
@@ -51,11 +57,11 @@ def config(episodes: int, concurrency: int, variant: str, tracing: bool) -> dict
 
 
 async def measure(
-    episodes: int, concurrency: int, variant: str, bus: str | None, tracing: bool
+    episodes: int, concurrency: int, variant: str, bus: str | None, tracing: bool, state: bool
 ) -> dict:
     out = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     try:
-        cfg = load_config(config(episodes, concurrency, variant, tracing))
+        cfg = load_config(config(episodes, concurrency, variant, tracing, state))
         start = time.perf_counter()
         outcome = await run_experiment(cfg, out / "run", bus_url=bus)
         elapsed = time.perf_counter() - start
@@ -76,7 +82,7 @@ async def measure(
 async def peak_memory(concurrency: int) -> int:
     out = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     try:
-        cfg = load_config(config(concurrency, concurrency, "text", tracing=False))
+        cfg = load_config(config(concurrency, concurrency, "text", tracing=False, state=False))
         tracemalloc.start()
         tracemalloc.reset_peak()
         base = tracemalloc.get_traced_memory()[0]
@@ -92,6 +98,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=3000)
     parser.add_argument("--no-mqtt", action="store_true")
+    both = {"on": (True,), "off": (False,), "both": (False, True)}
+    parser.add_argument("--state", choices=sorted(both), default="both")
+    parser.add_argument("--tracing", choices=sorted(both), default="both")
     args = parser.parse_args()
     n = args.episodes
     rows: list[dict] = []
@@ -104,20 +113,19 @@ async def main() -> None:
         for bus_name, url in buses:
             for concurrency in (1, 1000):
                 for variant in ("text", "image"):
-                    for tracing in (False, True):
-                        if bus_name == "mosquitto" and variant == "image":
-                            continue
-                        count = n
-                        result = await measure(count, concurrency, variant, url, tracing)
-                        rows.append(
-                            {
-                                "bus": bus_name,
-                                "concurrency": concurrency,
-                                "variant": variant,
-                                "tracing": tracing,
-                                **result,
-                            }
-                        )
+                    for tracing in both[args.tracing]:
+                        for state in both[args.state]:
+                            result = await measure(n, concurrency, variant, url, tracing, state)
+                            rows.append(
+                                {
+                                    "bus": bus_name,
+                                    "concurrency": concurrency,
+                                    "variant": variant,
+                                    "tracing": tracing,
+                                    "state": state,
+                                    **result,
+                                }
+                            )
     finally:
         if broker is not None:
             broker.close()
@@ -131,6 +139,7 @@ async def main() -> None:
         "episodes at once",
         "variant",
         "tracing",
+        "state",
         "episodes",
         "turns/s",
         "episodes/s",
@@ -142,6 +151,7 @@ async def main() -> None:
             str(r["concurrency"]),
             r["variant"],
             "on" if r["tracing"] else "off",
+            "on" if r["state"] else "off",
             str(r["episodes"]),
             f"{r['turns_per_s']:,.0f}",
             f"{r['episodes_per_s']:,.0f}",
