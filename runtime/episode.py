@@ -18,6 +18,7 @@ from opentelemetry.trace import Link, Status, StatusCode
 from parley.agents.agent import Agent
 from parley.bus import topics
 from parley.bus.base import Bus, Delivery
+from parley.bus.local import LocalBus
 from parley.bus.messages import (
     EpisodeFinished,
     EpisodeStarted,
@@ -224,6 +225,9 @@ class EpisodeRunner:
         self._state_on = options.state != "off"
         self._last_view: ObserverView | None = None
         self._last_image: tuple[bytes, ImagePart] | None = None
+        # Images by reference save a broker their bytes; in-process they cost nothing, and a
+        # late subscriber (the embedded dashboard) gets every retained picture whole.
+        self._images_by_reference = not isinstance(getattr(bus, "inner", bus), LocalBus)
 
     # --- lifecycle -------------------------------------------------------------------------
 
@@ -470,10 +474,11 @@ class EpisodeRunner:
             last = self._last_image
             image = last[1] if last is not None and last[0] is data else ImagePart.from_bytes(data)
             self._last_image = (data, image)
-            if image.sha256 in sent:
-                image = image.by_reference()
-            else:
-                sent.add(image.sha256)
+            if self._images_by_reference:
+                if image.sha256 in sent:
+                    image = image.by_reference()
+                else:
+                    sent.add(image.sha256)
             content.append(image)
         step, self._state_step = self._state_step, self._state_step + 1
         return StateUpdate(

@@ -30,7 +30,8 @@ pytestmark = pytest.mark.anyio
 
 
 class BoardMaster(GameMaster):
-    """Count to ``target``; the board is a picture of the count so far (new at every step)."""
+    """Count to ``target``; the board is a picture of the count so far: a new one every
+    ``every`` counts, in a colour of the episode's own unless ``shared``."""
 
     roles = ("counter",)
 
@@ -38,6 +39,8 @@ class BoardMaster(GameMaster):
         super().__init__(instance, settings)
         self.next = 1
         self.target = int(self.settings.get("target", 5))
+        self.every = int(self.settings.get("every", 1))
+        self.shared = bool(self.settings.get("shared", False))
 
     def system_prompt(self, role: str) -> str:
         return "Count upwards from 1."
@@ -63,8 +66,9 @@ class BoardMaster(GameMaster):
         pictures = []
         if images:
             out = io.BytesIO()
-            colour = (self.next * 20 % 256, self.instance["seed"] * 60 % 256, 0)  # one per episode
-            Image.new("RGB", (4 * self.next, 4), colour).save(out, "PNG")
+            n = (self.next - 1) // self.every + 1
+            colour = (n * 20 % 256, 0 if self.shared else self.instance["seed"] * 60 % 256, 0)
+            Image.new("RGB", (4 * n, 4), colour).save(out, "PNG")
             pictures.append(out.getvalue())
         return ObserverView(
             text=f"counted to {self.next - 1}",
@@ -91,14 +95,16 @@ register(
         instance=lambda seed, settings: {"seed": seed},
         players={"counter": {"slow": slow_counter, "fast": fast_counter}},
         text_only=False,
-        default_settings={"target": 5},
+        default_settings={"target": 5, "every": 1, "shared": False},
         offload_players=True,
         offload_game_master=True,  # the picture is drawn in a worker thread
     )
 )
 
 
-def board_config(count: int, player: str = "fast", **extra: Any) -> Any:
+def board_config(
+    count: int, player: str = "fast", settings: dict[str, Any] | None = None, **extra: Any
+) -> Any:
     return load_config(
         {
             "name": "board",
@@ -109,6 +115,7 @@ def board_config(count: int, player: str = "fast", **extra: Any) -> Any:
                     "game": "test.board",
                     "seeds": {"start": 0, "count": count},
                     "pairings": [{"counter": {"kind": "scripted", "name": player}}],
+                    "settings": settings or {},
                 }
             ],
             **extra,
@@ -180,6 +187,11 @@ async def test_states_arrive_in_step_order_and_the_last_is_final_with_the_scores
         assert [s.step for s in seq] == list(range(len(seq))) == list(range(6))
         assert [s.final for s in seq] == [False] * 5 + [True]
         assert [s.progress for s in seq] == [n / 5 for n in range(6)]
+        # In-process nothing crosses a broker: every picture comes whole, also to a late
+        # subscriber (the embedded dashboard); the final state shows the last board again.
+        pictures = [p for s in seq for p in s.content if isinstance(p, ImagePart)]
+        assert len(pictures) == 6 and all(p.data is not None for p in pictures)
+        assert len({p.sha256 for p in pictures}) == 6  # a new board at every count
         final = seq[-1]
         assert final.scores["main"] == records[episode]["main_score"] == 100.0
         assert final.game == "test.board" and final.visibility == Visibility.PUBLIC
@@ -234,7 +246,7 @@ async def test_private_states_are_marked_and_never_reach_an_agent_inbox(
         assert not views.intersection(shown)
 
 
-async def test_a_late_mqtt_subscriber_sees_the_current_board_and_images_cross_once(
+async def test_a_late_mqtt_subscriber_sees_the_current_board(
     mqtt5_broker: MqttBroker, tmp_path: Path
 ) -> None:
     config = board_config(2, player="slow", concurrency=2)
@@ -286,11 +298,33 @@ async def test_a_late_mqtt_subscriber_sees_the_current_board_and_images_cross_on
 
     states = [decode(p) for _, p in seen if p]
     assert any(not p for t, p in seen if t == topic)  # the clear went by (an empty payload)
-    inline = Counter(
-        i.sha256 for s in states for i in s.content if isinstance(i, ImagePart) and i.data
-    )
-    named = {i.sha256 for s in states for i in s.content if isinstance(i, ImagePart)}
-    assert inline and set(inline) == named  # every image arrived with its bytes once...
-    assert set(inline.values()) == {1}  # ...and only once (the final repeats the last board)
     finals = [s for s in states if s.final]
     assert len(finals) == 2 and all(s.scores["main"] == 100.0 for s in finals)
+
+
+async def test_each_image_crosses_the_broker_once(mqtt5_broker: MqttBroker, tmp_path: Path) -> None:
+    # Boards that change every other count, the same in both episodes: most states repeat one.
+    config = board_config(2, settings={"target": 6, "every": 2, "shared": True})
+    seen: list[bytes] = []
+    subscribed = asyncio.Event()
+
+    async def watch_all() -> None:
+        async with aiomqtt.Client("127.0.0.1", mqtt5_broker.port) as client:
+            await client.subscribe("parley/+/+/state", qos=1)
+            subscribed.set()
+            async for message in client.messages:
+                if message.payload:
+                    seen.append(bytes(message.payload))
+
+    watcher = asyncio.create_task(watch_all())
+    await subscribed.wait()
+    outcome = await run_experiment(config, tmp_path / "run", bus_url=mqtt5_broker.url)
+    assert [r["outcome"] for r in outcome.records] == ["success", "success"]
+    await asyncio.sleep(0.5)
+    watcher.cancel()
+    pictures = [p for s in map(decode, seen) for p in s.content if isinstance(p, ImagePart)]
+    assert len(pictures) == 2 * 7  # the start, five steps and the final state, twice
+    inline = Counter(p.sha256 for p in pictures if p.data is not None)
+    assert set(inline) == {p.sha256 for p in pictures}  # every board arrived with its bytes...
+    assert set(inline.values()) == {1}  # ...once: every other time by its sha only
+    assert len(inline) == 4  # boards 1, 2, 3 (two counts each) and 4 (the count done)
