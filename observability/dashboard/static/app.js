@@ -193,6 +193,7 @@ class EpisodesView {
   constructor(route) {
     this.route = route;
     this.query = { sort: "started_at", desc: "1", offset: 0, limit: 50, ...route.query };
+    route.query = { ...this.query }; // what the socket asks for, defaults included
     this.filters = {};
     const filter = (name) => {
       const select = h("select", { id: `filter-${name}`, onchange: () => { this.query[name] = select.value; this.query.offset = 0; this.push(); } }, h("option", { value: "" }, `every ${name}`));
@@ -202,8 +203,8 @@ class EpisodesView {
     const sort = h("select", { id: "sort", onchange: () => { this.query.sort = sort.value; this.push(); } },
       ["started_at", "episode", "game", "pairing", "outcome", "main_score", "turns", "duration_s"].map((s) => h("option", { value: s }, s)));
     sort.value = this.query.sort;
-    const desc = h("input", { type: "checkbox", id: "desc", onchange: () => { this.query.desc = desc.checked ? "1" : ""; this.push(); } });
-    desc.checked = Boolean(this.query.desc);
+    const desc = h("input", { type: "checkbox", id: "desc", onchange: () => { this.query.desc = desc.checked ? "1" : "0"; this.push(); } });
+    desc.checked = this.query.desc === "1";
     this.total = h("span", { id: "episodes-total" }, "…");
     this.list = h("div", {});
     this.pager = h("p", {});
