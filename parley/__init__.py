@@ -8,9 +8,16 @@ The repository's top-level folders are this package's subpackages (``parley.runt
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-try:
-    __version__ = version("parley")
-except PackageNotFoundError:  # imported from a checkout that was never installed
-    __version__ = "0+unknown"
+
+def __getattr__(name: str) -> Any:
+    # Looked up on use: importlib.metadata costs every process that imports parley ~0.1 s.
+    if name == "__version__":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("parley")
+        except PackageNotFoundError:  # imported from a checkout that was never installed
+            return "0+unknown"
+    raise AttributeError(f"module 'parley' has no attribute {name!r}")

@@ -15,19 +15,19 @@ import asyncio
 import base64
 import contextlib
 import email.utils
+import functools
+import importlib
 import json
 import os
 import random
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import anthropic
-import httpx2
-import openai
 import orjson
 import yarl
 from opentelemetry import baggage, trace
@@ -48,6 +48,9 @@ from parley.agents.backends.formats import (
 )
 from parley.agents.backends.limiter import AdaptiveLimiter
 from parley.agents.backends.spec import GenerationParams, ModelSpec
+
+if TYPE_CHECKING:
+    import httpx2
 from parley.bus.messages import PromptMessage
 
 TracerFn = Callable[[], trace.Tracer]
@@ -113,32 +116,55 @@ def retry_after(headers: Mapping[str, str] | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-_STATUS_ERRORS = (openai.APIStatusError, anthropic.APIStatusError)
-_TIMEOUTS = (
-    openai.APITimeoutError,
-    anthropic.APITimeoutError,
-    TimeoutError,
-    httpx2.TimeoutException,
-)
-_CONNECTION = (
-    openai.APIConnectionError,
-    anthropic.APIConnectionError,
-    httpx2.TransportError,
-    aiohttp.ClientError,
-    ConnectionError,
-    OSError,
-)
-_BAD = (
+_TIMEOUTS: tuple[type[BaseException], ...] = (TimeoutError,)
+_CONNECTION: tuple[type[BaseException], ...] = (aiohttp.ClientError, ConnectionError, OSError)
+_BAD: tuple[type[BaseException], ...] = (
     BadResponse,
     json.JSONDecodeError,
     UnicodeDecodeError,
     # The SDK's stream decoder parses each event with json.loads: deep nesting ends here.
     RecursionError,
-    openai.APIResponseValidationError,
-    anthropic.APIResponseValidationError,
-    openai.APIError,
-    anthropic.APIError,
 )
+# The SDKs (and httpx2 under them) are imported only by a run that talks to a model through
+# them: they take seconds to import, which every worker process and every scripted-only run
+# would otherwise pay. Their exceptions can only exist once they are imported.
+_SDKS = ("openai", "anthropic", "httpx2")
+
+
+@dataclass(frozen=True)
+class _SdkErrors:
+    status: tuple[type[BaseException], ...]
+    timeouts: tuple[type[BaseException], ...]
+    connection: tuple[type[BaseException], ...]
+    bad: tuple[type[BaseException], ...]
+
+
+@functools.cache
+def _sdk_errors() -> _SdkErrors:
+    import anthropic
+    import httpx2
+    import openai
+
+    return _SdkErrors(
+        status=(openai.APIStatusError, anthropic.APIStatusError),
+        timeouts=(openai.APITimeoutError, anthropic.APITimeoutError, httpx2.TimeoutException),
+        connection=(openai.APIConnectionError, anthropic.APIConnectionError, httpx2.TransportError),
+        bad=(
+            openai.APIResponseValidationError,
+            anthropic.APIResponseValidationError,
+            openai.APIError,
+            anthropic.APIError,
+        ),
+    )
+
+
+_NO_SDK_ERRORS = _SdkErrors((), (), (), ())
+
+
+def _loaded_sdk_errors() -> _SdkErrors:
+    if any(name in sys.modules for name in _SDKS):
+        return _sdk_errors()
+    return _NO_SDK_ERRORS
 
 
 def _cause(exc: BaseException) -> BaseException | None:
@@ -165,13 +191,15 @@ def classify(exc: BaseException) -> Failure:
         cause, aiohttp.ServerTimeoutError
     ):
         return Failure("connection", _short(cause))
-    if isinstance(exc, _STATUS_ERRORS):
-        return status_failure(exc.status_code, exc.response.headers, _short(exc))
-    if isinstance(exc, _TIMEOUTS):
+    sdk = _loaded_sdk_errors()
+    if isinstance(exc, sdk.status):
+        status = exc.status_code  # type: ignore[attr-defined]
+        return status_failure(status, exc.response.headers, _short(exc))  # type: ignore[attr-defined]
+    if isinstance(exc, (*_TIMEOUTS, *sdk.timeouts)):
         return Failure("timeout", _short(exc) or "no answer in time")
-    if isinstance(exc, _CONNECTION):
+    if isinstance(exc, (*_CONNECTION, *sdk.connection)):
         return Failure("connection", _short(exc) or type(exc).__name__)
-    if isinstance(exc, _BAD):
+    if isinstance(exc, (*_BAD, *sdk.bad)):
         return Failure("bad_response", _short(exc) or type(exc).__name__)
     raise exc
 
@@ -203,8 +231,8 @@ class Backend:
 
     provider = ""
     path = ""
-    sdk: Any = None
-    client_cls: Any = None
+    sdk_name = ""  # the SDK's module, imported when a client is first made
+    client_name = ""  # its async client class
     # Sent when no API key is configured: local servers (vLLM…) take any key; the SDK insists
     # on one.
     placeholder_key = ""
@@ -217,10 +245,15 @@ class Backend:
     def accumulator() -> OpenAIStream | AnthropicStream:
         raise NotImplementedError
 
+    @property
+    def sdk(self) -> Any:
+        return importlib.import_module(self.sdk_name)
+
     def make_client(
         self, url: str, api_key: str | None, spec: ModelSpec, http: httpx2.AsyncClient
     ) -> Any:
-        return self.client_cls(
+        client_cls = getattr(self.sdk, self.client_name)
+        return client_cls(
             base_url=url,
             api_key=api_key or self.placeholder_key,
             max_retries=0,
@@ -238,6 +271,8 @@ class Backend:
         """One request through the SDK's generic ``client.post``: the whole reply, or the
         streamed chunks (OpenAI) or events (Anthropic) gathered by the backend's accumulator."""
         if not stream:
+            import httpx2
+
             response = await client.post(self.path, body=body, cast_to=httpx2.Response)
             return _parsed(self.parse, response.content)
         start = time.monotonic()
@@ -275,6 +310,8 @@ def _parsed(parse: Callable[[Any], Reply], body: bytes) -> Reply:
 
 
 def _http_client(module: Any, spec: ModelSpec) -> httpx2.AsyncClient:
+    import httpx2
+
     # One connection pool per endpoint, big enough for the concurrency limit at its maximum.
     connections = spec.concurrency.max + 16
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
@@ -298,8 +335,8 @@ def _common(messages: list[PromptMessage], spec: ModelSpec, params: GenerationPa
 class OpenAIBackend(Backend):
     provider = "openai"
     path = "/chat/completions"
-    sdk = openai
-    client_cls = openai.AsyncOpenAI
+    sdk_name = "openai"
+    client_name = "AsyncOpenAI"
     placeholder_key = "EMPTY"
     parse = staticmethod(parse_openai)
     accumulator = staticmethod(OpenAIStream)
@@ -314,8 +351,8 @@ class OpenAIBackend(Backend):
 class AnthropicBackend(Backend):
     provider = "anthropic"
     path = "/v1/messages"
-    sdk = anthropic
-    client_cls = anthropic.AsyncAnthropic
+    sdk_name = "anthropic"
+    client_name = "AsyncAnthropic"
     placeholder_key = "none"
     parse = staticmethod(parse_anthropic)
     accumulator = staticmethod(AnthropicStream)
@@ -445,8 +482,12 @@ class Endpoint:
         try:
             response = await self.http.get(self.backend.root(self.url) + path, timeout=5.0)
             return response.status_code == 200
-        except (httpx2.HTTPError, aiohttp.ClientError, OSError, TimeoutError):
+        except (aiohttp.ClientError, OSError, TimeoutError, *_loaded_sdk_errors().connection):
             return False
+        except Exception as exc:  # the SDK's HTTP client's own errors (httpx2.HTTPError)
+            if type(exc).__module__.split(".")[0] in _SDKS:
+                return False
+            raise
 
     async def _probe_forever(self, path: str) -> None:
         interval = self.spec.health.interval_s
