@@ -314,13 +314,20 @@ class Hub:
         live.roles = list(players)
         pairing = pairing_label({role: _player_label(p) for role, p in players.items()})
         state.live = True
-        state.index.upsert(
-            message.episode,
-            game=message.game,
-            pairing=pairing,
-            outcome=RUNNING,
-            started_at=message.sent_at,
-        )
+        row = state.index.get(message.episode)
+        if row is not None and row.outcome != RUNNING:
+            # Its result came first (results and events are separate topics): keep the ending,
+            # and count it into its pairing now that the pairing is known.
+            row = state.index.upsert(message.episode, game=message.game, pairing=pairing)
+            state.score(row.episode, row.game, pairing, row.outcome, row.main_score)
+        else:
+            state.index.upsert(
+                message.episode,
+                game=message.game,
+                pairing=pairing,
+                outcome=RUNNING,
+                started_at=message.sent_at,
+            )
         state.touch()
 
     def _finished(self, message: EpisodeFinished) -> None:
@@ -344,7 +351,8 @@ class Hub:
             turns=message.turns,
             duration_s=round(message.sent_at - started, 3) if started else None,
         )
-        state.score(message.episode, row.game, row.pairing, row.outcome, message.main_score)
+        if row.pairing:  # else once its start (and so its pairing) arrives
+            state.score(message.episode, row.game, row.pairing, row.outcome, message.main_score)
         state.touch()
 
     # --- from run folders ---------------------------------------------------------------------
