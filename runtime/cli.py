@@ -191,9 +191,8 @@ async def serve_dashboard(
     from parley.observability.dashboard.embed import start_embedded
     from parley.observability.dashboard.server import DashboardError
 
-    settings = getattr(config, "dashboard", None)
-    port = args.dashboard or getattr(settings, "port", 8765)
-    host = getattr(settings, "host", "127.0.0.1")
+    port = args.dashboard or config.dashboard.port
+    host = config.dashboard.host
     try:
         into["d"] = await start_embedded(scheduler, out, name=config.name, host=host, port=port)
     except DashboardError as exc:

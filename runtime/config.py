@@ -147,6 +147,14 @@ class StateConfig(Strict):
     images: bool = True
 
 
+class DashboardConfig(Strict):
+    """Where ``parley run --dashboard`` serves the live dashboard (docs/dashboard.md); any host
+    but loopback needs the token it prints."""
+
+    port: int = Field(default=8765, ge=1, le=65535)
+    host: str = "127.0.0.1"
+
+
 class ExperimentConfig(Strict):
     """A whole run: games × instances × pairings × repetitions, and how to run them."""
 
@@ -165,6 +173,7 @@ class ExperimentConfig(Strict):
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     # The game's state for dashboards, after every step (see StateConfig).
     state: StateConfig = Field(default_factory=StateConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     # The model registry: name -> how to reach and ask the model (agents/backends/spec.py).
     models: dict[str, ModelSpec] = Field(default_factory=dict)
 
