@@ -47,7 +47,7 @@ from parley.records import main_score, upgrade
 MAX_MESSAGES = 5000  # per live episode
 MAX_STATES = 500  # per live episode
 KEEP_FINISHED = 200  # live buffers of finished episodes kept (older ones are read from folders)
-IMAGE_CACHE_BYTES = 64 * 1024 * 1024
+IMAGE_CACHE_BYTES = 16 * 1024 * 1024  # the pictures of running episodes; recorded ones are on disk
 HISTORY = 600  # one sample a second: ten minutes of charts
 MAX_LEAKS = 200  # the latest disclosures listed per run (all are counted)
 READ_CHUNK = 8 * 1024 * 1024  # of episodes.jsonl per poll, so a huge folder loads in steps
