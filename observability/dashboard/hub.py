@@ -224,6 +224,9 @@ class ImageCache:
             _, dropped = self._images.popitem(last=False)
             self.size -= len(dropped)
 
+    def __contains__(self, sha: str) -> bool:
+        return sha in self._images
+
     def get(self, sha: str) -> bytes | None:
         data = self._images.get(sha)
         if data is not None:
@@ -486,6 +489,12 @@ class Hub:
             f.seek(row.offset)
             return upgrade(orjson.loads(f.readline()))
 
+    def has_image(self, sha: str) -> bool:
+        """Whether :meth:`image` can serve ``sha`` now."""
+        return sha in self.images or any(
+            (f.path / "images" / f"{sha}.png").exists() for f in self.folders.values()
+        )
+
     def image(self, sha: str) -> bytes | None:
         """An image by sha256: from the bus's cache, else from a followed run folder."""
         data = self.images.get(sha)
@@ -638,11 +647,14 @@ class Hub:
         live = state.live_episodes.get(episode)
         states = shown.states(messages)
         if not any(m.get("kind") == "state_update" for m in messages) and live and live.states:
-            # States went over the bus but not into the transcript: keep the live ones.
-            states = [
+            # States cross the bus but are not recorded: keep the live ones while their
+            # pictures are still at hand.
+            seen = [
                 shown.state(s.model_dump(mode="json", context={"images": "ref"}))
                 for s in live.states
             ]
+            if all(self.has_image(sha) for s in seen for sha in s["images"]):
+                states = seen
         return {
             "run": state.run,
             "episode": episode,
