@@ -161,7 +161,8 @@ def number(page: Any, selector: str) -> int:
 
 
 def check_dashboard(page: Any, url: str, run_dir: Path, shots: Path) -> None:
-    """The issue's checks, in an order that keeps a running episode at hand for each."""
+    """The issue's checks, in an order that keeps episodes still to start for the pause and a
+    running one at hand for the abort."""
     page.set_default_timeout(WAIT_MS)
     page.goto(url)
     page.locator("#runs a").first.click()
@@ -174,6 +175,32 @@ def check_dashboard(page: Any, url: str, run_dir: Path, shots: Path) -> None:
     page.wait_for_function(f"Number(document.querySelector('#run-finished').textContent) > {first}")
     assert number(page, "#run-finished") > first
     page.screenshot(path=shots / "run.png", full_page=True)
+
+    # Pausing stops new episodes; resuming starts them again.
+    page.goto(run_url)
+    page.wait_for_selector("#run-finished")
+    page.click("#pause")
+    page.wait_for_selector("#control-result >> text=pause: done")
+    page.goto(run_url + "/episodes")
+    page.wait_for_selector("#episodes tr.episode-row")
+    # Once the running episodes have ended, no episode starts while paused.
+    page.wait_for_function(
+        "!document.querySelector('#filter-outcome').textContent.includes('running')"
+    )
+    started = number(page, "#episodes-total")
+    time.sleep(2.0)  # several episodes' worth of time: two would have started unpaused
+    assert number(page, "#episodes-total") == started
+    planned = 18
+    assert started < planned
+    page.screenshot(path=shots / "paused.png", full_page=True)
+    page.goto(run_url)
+    page.wait_for_selector("#resume")
+    page.click("#resume")
+    page.wait_for_selector("#control-result >> text=resume: done")
+    page.goto(run_url + "/episodes")
+    page.wait_for_function(
+        f"Number(document.querySelector('#episodes-total').textContent) > {started}"
+    )
 
     # A running episode: a transcript line and a state image appear.
     page.goto(run_url + "/episodes?outcome=running&pairing=painter%3Dslow")
@@ -203,32 +230,6 @@ def check_dashboard(page: Any, url: str, run_dir: Path, shots: Path) -> None:
     assert record["outcome"] == "aborted"
     assert record["reason_code"] == "operator_abort"
     page.screenshot(path=shots / "aborted.png", full_page=True)
-
-    # Pausing stops new episodes; resuming starts them again.
-    page.goto(run_url)
-    page.wait_for_selector("#run-finished")
-    page.click("#pause")
-    page.wait_for_selector("#control-result >> text=pause: done")
-    page.goto(run_url + "/episodes")
-    page.wait_for_selector("#episodes tr.episode-row")
-    # Once the running episodes have ended, no episode starts while paused.
-    page.wait_for_function(
-        "!document.querySelector('#filter-outcome').textContent.includes('running')"
-    )
-    started = number(page, "#episodes-total")
-    time.sleep(2.0)  # several episodes' worth of time: two would have started unpaused
-    assert number(page, "#episodes-total") == started
-    planned = 18
-    assert started < planned
-    page.screenshot(path=shots / "paused.png", full_page=True)
-    page.goto(run_url)
-    page.wait_for_selector("#resume")
-    page.click("#resume")
-    page.wait_for_selector("#control-result >> text=resume: done")
-    page.goto(run_url + "/episodes")
-    page.wait_for_function(
-        f"Number(document.querySelector('#episodes-total').textContent) > {started}"
-    )
 
     # A reply full of markup stays text: no script runs, no element is made of it.
     page.goto(run_url + "/episodes?pairing=painter%3Dxss")
