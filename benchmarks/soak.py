@@ -47,6 +47,9 @@ RESULTS = ROOT / "benchmarks" / "results"
 from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
 from parley.bus.broker import BrokerProcess, start_mosquitto  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from concurrency import sim_config as concurrency_sim_config  # noqa: E402
+
 FAULTS = [  # 20 % of requests in all (few 429s: each one halves an endpoint's adaptive limit)
     {"kind": "rate_limit", "rate": 0.02, "retry_after_s": 0.2},
     {"kind": "server_error", "rate": 0.06},
@@ -57,12 +60,8 @@ FAULTS = [  # 20 % of requests in all (few 429s: each one halves an endpoint's a
 
 
 def sim_config(latency: float) -> dict[str, Any]:
-    models = yaml.safe_load((ROOT / "configs" / "sim.yaml").read_text())["models"]
-    return {
-        "latency": {"ttft_s": latency, "tokens_per_s": 0, "max_seqs": 100_000},
-        "models": {"sim-solver": models["sim-solver"], "sim-expert": models["sim-expert"]},
-        "faults": FAULTS,
-    }
+    """The concurrency benchmark's stand-in server, answering a fifth of requests with a fault."""
+    return {**concurrency_sim_config(latency), "faults": FAULTS}
 
 
 def run_config(url: str, episodes: int, concurrency: int, workers: int) -> dict[str, Any]:
