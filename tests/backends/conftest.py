@@ -108,3 +108,15 @@ async def play(config: ExperimentConfig, out: Path) -> list[dict[str, Any]]:
 
 def transcript(run: Path, episode: str) -> list[dict[str, Any]]:
     return list(RunFolder(run).iter_transcript(episode))
+
+
+def failed_calls(run: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every model-call attempt that did not end ``ok``, as the transcripts record them."""
+    return [
+        call
+        for r in records
+        for m in transcript(run, r["episode"])
+        if m["kind"] == "turn_response"
+        for call in m["calls"]
+        if call["outcome"] != "ok"
+    ]

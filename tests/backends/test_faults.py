@@ -15,7 +15,14 @@ from parley.agents.backends.simserver import SimServerProcess
 from parley.agents.backends.spec import ModelSpec
 from parley.bus.messages import PromptMessage, TextPart
 from parley.runtime.launch import free_port
-from tests.backends.conftest import FAST_RETRY, SEEDS, model, play, transcript, wire_config
+from tests.backends.conftest import (
+    FAST_RETRY,
+    SEEDS,
+    failed_calls,
+    model,
+    play,
+    wire_config,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -81,14 +88,7 @@ async def test_every_fault_is_retried_and_no_episode_is_lost(
     )
     assert recorded == injected
     # The transcript has the failed attempts, with the reason and the wait before the next.
-    failed = [
-        call
-        for r in records
-        for m in transcript(tmp_path, r["episode"])
-        if m["kind"] == "turn_response"
-        for call in m["calls"]
-        if call["outcome"] != "ok"
-    ]
+    failed = failed_calls(tmp_path, records)
     assert len(failed) == injected
     assert all(call["outcome"] == SEEN_AS[kind] and call["backoff_s"] >= 0 for call in failed)
     if kind in ("rate_limit", "overloaded"):

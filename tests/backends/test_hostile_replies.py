@@ -12,7 +12,7 @@ import pytest
 
 from parley.agents.backends.formats import MAX_REPLY_CHARS, cut_marker
 from parley.agents.backends.simserver import SimServerProcess
-from tests.backends.conftest import FAST_RETRY, model, play, transcript, wire_config
+from tests.backends.conftest import FAST_RETRY, failed_calls, model, play, transcript, wire_config
 
 pytestmark = pytest.mark.anyio
 
@@ -54,14 +54,7 @@ async def test_wrong_shapes_are_retried_as_bad_responses(
     assert sim.stats()["fault_body"] == 2
     retried = sum(r["model_calls"]["solver"]["retries"].get("bad_response", 0) for r in records)
     assert retried == 2
-    failed = [
-        call
-        for r in records
-        for m in transcript(tmp_path, r["episode"])
-        if m["kind"] == "turn_response"
-        for call in m["calls"]
-        if call["outcome"] != "ok"
-    ]
+    failed = failed_calls(tmp_path, records)
     assert [c["outcome"] for c in failed] == ["bad_response"] * 2
     assert all(named in c["error"] for c in failed), failed
 
