@@ -234,7 +234,14 @@ async def _served_names(
         ) from None
 
 
-async def _round_trip(name: str, spec: ModelSpec, url: str, images: bool, timeout_s: float) -> str:
+async def _round_trip(
+    name: str,
+    spec: ModelSpec,
+    url: str,
+    images: bool,
+    timeout_s: float,
+    environ: Mapping[str, str],
+) -> str:
     """One tiny request through the run's own client; returns a note on the reply."""
     from parley.agents.backends.client import ModelUnavailable
     from parley.agents.backends.pool import ModelPool
@@ -256,13 +263,19 @@ async def _round_trip(name: str, spec: ModelSpec, url: str, images: bool, timeou
     if images:
         content.append(ImagePart.from_bytes(tiny_png()))
     messages = [PromptMessage(role="user", content=content)]
-    pool = ModelPool({name: quick})
+    pool = ModelPool({name: quick}, environ=environ)
     try:
         completion = await pool.client(name).complete(messages, params)
     except ModelUnavailable as exc:
         detail = str(exc).removeprefix(f"model {name} ")
         fix = "check the model's settings against the server"
-        if images and "image" in detail.lower():
+        if " 401" in detail or " 403" in detail:
+            fix = (
+                f"check the key in {spec.api_key_env}"
+                if spec.api_key_env
+                else f"name the variable that holds the key in models.{name}.api_key_env"
+            )
+        elif images and "image" in detail.lower():
             fix = f"this server takes no images: set models.{name}.images: false"
         raise _Failed("request", f"a tiny request failed: {detail}", fix) from None
     finally:
@@ -315,7 +328,7 @@ async def check_endpoint(
                 )
             notes.append(f"{spec.model!r} is not listed (an alias?); the request decides")
         remaining = max(1.0, timeout_s - (time.monotonic() - start))
-        notes.insert(0, await _round_trip(name, spec, url, images, remaining))
+        notes.insert(0, await _round_trip(name, spec, url, images, remaining, environ))
     except _Failed as failed:
         return result("failed", failed.step, failed.detail, failed.fix)
     what = (

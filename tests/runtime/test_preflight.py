@@ -1,0 +1,192 @@
+"""Pre-flight (``parley check``, and ``parley run`` before its first episode) against the sim
+server as a separate process over real HTTP: missing key, refused key, wrong served name,
+server down, image round-trip, all passing, and a run that refuses to start."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from parley import event_loop
+from parley.agents.backends.simserver import SimServerProcess
+from parley.runtime.cli import main
+from parley.runtime.config import load_config
+from parley.runtime.preflight import ModelCheck, check_config, models_in_use
+
+KEY_ENV = "PARLEY_PREFLIGHT_TEST_KEY"
+KEY = "sk-preflight-0123456789"
+UNSET_ENV = "PARLEY_PREFLIGHT_UNSET_KEY"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimServerProcess]:
+    """A sim server that serves two names and wants the key in KEY_ENV on every request."""
+    config = {
+        "replies": {"text": "OK"},
+        "models": {"solver-m": {"text": "OK"}, "expert-m": {"text": "OK"}},
+        "api_key_env": KEY_ENV,
+    }
+    with SimServerProcess(config, env={KEY_ENV: KEY}) as server:
+        yield server
+
+
+@pytest.fixture
+def fresh(sim: SimServerProcess) -> SimServerProcess:
+    sim.reset()
+    return sim
+
+
+def closed_port() -> int:
+    """A port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def entry(sim: SimServerProcess, name: str, backend: str = "openai", **extra: Any) -> dict:
+    url = sim.openai_url if backend == "openai" else sim.url
+    return {"backend": backend, "model": name, "base_url": url, "api_key_env": KEY_ENV, **extra}
+
+
+def wire(models: dict[str, Any], solver: str, expert: str = "scripted", **settings: Any) -> dict:
+    return {
+        "name": "preflight",
+        "games": [
+            {
+                "game": "comma.wire",
+                "seeds": {"count": 2},
+                "settings": settings,
+                "pairings": [{"solver": solver, "expert": expert}],
+            }
+        ],
+        "models": models,
+    }
+
+
+def check(data: dict[str, Any], environ: dict[str, str] | None = None) -> list[ModelCheck]:
+    env = {KEY_ENV: KEY} if environ is None else environ
+    return event_loop.run(check_config(load_config(data), timeout_s=10, environ=env))
+
+
+def by_model(results: list[ModelCheck]) -> dict[str, ModelCheck]:
+    return {r.model: r for r in results}
+
+
+def test_all_ok_and_only_the_role_that_sees_images_gets_one(fresh: SimServerProcess) -> None:
+    models = {"s": entry(fresh, "solver-m"), "e": entry(fresh, "expert-m", "anthropic")}
+    # The image variant shows the solver a picture of the wires; the expert reads a manual.
+    results = by_model(check(wire(models, "s", "e", variant="image")))
+    assert {r.status for r in results.values()} == {"ok"}, [r.message for r in results.values()]
+    assert results["s"].images and not results["e"].images
+    stats = fresh.stats()
+    assert stats.get("images_solver-m") == 1
+    assert "images_expert-m" not in stats
+    assert stats["requests_openai"] == 1 and stats["requests_anthropic"] == 1
+
+
+def test_text_variant_sends_no_image(fresh: SimServerProcess) -> None:
+    results = check(wire({"s": entry(fresh, "solver-m")}, "s", variant="text"))
+    assert [(r.status, r.images) for r in results] == [("ok", False)]
+    assert "images_solver-m" not in fresh.stats()
+
+
+def test_missing_key_names_model_and_variable_and_calls_nothing(fresh: SimServerProcess) -> None:
+    models = {"gpt": entry(fresh, "solver-m", api_key_env=UNSET_ENV)}
+    [result] = check(wire(models, "gpt"), environ={})
+    assert (result.status, result.step) == ("failed", "key")
+    assert result.message.startswith(f"model gpt: {UNSET_ENV} is not set")
+    assert "api_key_env" in result.fix
+    assert fresh.stats().get("requests", 0) == 0
+
+
+def test_hosted_api_without_a_key_variable_fails() -> None:
+    [result] = check(wire({"gpt": {"model": "gpt-4o"}}, "gpt"), environ={})
+    assert (result.status, result.step) == ("failed", "key")
+    assert "OPENAI_API_KEY" in result.fix
+
+
+def test_refused_key_fails_at_the_request_without_showing_it(fresh: SimServerProcess) -> None:
+    wrong = "sk-wrong-key-987654321"
+    [result] = check(wire({"m": entry(fresh, "solver-m")}, "m"), environ={KEY_ENV: wrong})
+    assert (result.status, result.step) == ("failed", "request")
+    assert "401" in result.detail and KEY_ENV in result.fix
+    assert wrong not in result.message  # the sim server echoes the key it got
+    assert fresh.stats()["unauthorised"] == 1
+
+
+def test_wrong_served_name_lists_the_served_ones(fresh: SimServerProcess) -> None:
+    [result] = check(wire({"m": entry(fresh, "solver-model")}, "m"))
+    assert (result.status, result.step) == ("failed", "models")
+    assert "'solver-model'" in result.detail and "solver-m" in result.detail
+    assert "models.m.model" in result.fix
+    assert fresh.stats().get("requests", 0) == 0
+
+
+def test_server_down() -> None:
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    models = {"m": {"model": "x", "base_url": url}}
+    [result] = check(wire(models, "m"))
+    assert (result.status, result.step) == ("failed", "server")
+    assert "connection refused" in result.detail and url in result.detail
+    assert "models.m.base_url" in result.fix
+
+
+def test_each_endpoint_of_a_model_is_checked(fresh: SimServerProcess) -> None:
+    down = f"http://127.0.0.1:{closed_port()}/v1"
+    models = {"m": {**entry(fresh, "solver-m"), "base_url": [fresh.openai_url, down]}}
+    results = check(wire(models, "m", variant="text"))
+    assert sorted((r.endpoint, r.status) for r in results) == sorted(
+        [(fresh.openai_url, "ok"), (down, "failed")]
+    )
+
+
+def test_launched_model_is_skipped_with_a_reason() -> None:
+    models = {"v": {"model": "local", "launch": {"command": "true"}}}
+    [result] = check(wire(models, "v"))
+    assert (result.status, result.step) == ("skipped", "launch")
+    assert result.ok and "health check" in result.detail
+
+
+def test_scripted_config_has_nothing_to_check() -> None:
+    config = load_config(Path(__file__).parents[2] / "configs" / "quickstart.yaml")
+    assert models_in_use(config) == {}
+    assert event_loop.run(check_config(config)) == []
+
+
+def write(tmp_path: Path, data: dict[str, Any]) -> str:
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def test_check_command_exit_codes(
+    fresh: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    good = write(tmp_path, wire({"m": entry(fresh, "solver-m")}, "m", variant="text"))
+    assert main(["check", good]) == 0
+    assert main(["check", good, "--set", "models.m.model=nope"]) == 1
+    assert main(["check", good, "--set", "games.0.pairings.0.solver=unknown"]) == 2
+    quickstart = str(Path(__file__).parents[2] / "configs" / "quickstart.yaml")
+    assert main(["check", quickstart]) == 0
+
+
+def test_run_refuses_before_any_episode_and_no_check_skips(
+    fresh: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(UNSET_ENV, raising=False)
+    models = {"m": entry(fresh, "solver-m", api_key_env=UNSET_ENV, retry={"max_attempts": 1})}
+    config = write(tmp_path, wire(models, "m", variant="text"))
+    out = tmp_path / "run"
+    assert main(["run", config, "--out", str(out), "--quiet"]) == 1
+    assert not out.exists()  # no folder, so no episodes.jsonl
+    # --no-check: the run starts, and its episodes end as error for the missing key.
+    main(["run", config, "--out", str(out), "--quiet", "--no-check"])
+    lines = (out / "episodes.jsonl").read_text().splitlines()
+    records = [yaml.safe_load(line) for line in lines]
+    assert len(records) == 2 and {r["outcome"] for r in records} == {"error"}
