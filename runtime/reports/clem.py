@@ -9,14 +9,27 @@ computed over the games played in it, as the paper does for its text-only compar
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from parley.environments.clem.scoring import GameStats, clemscore, game_stats
+from parley.environments.clem.scoring import (
+    GameStats,
+    clemscore,
+    game_stats,
+    is_played,
+)
 from parley.observability.transcript_html import write_html
 from parley.records import main_score
 from parley.runtime.report import fmt, markdown_table, mean
+from parley.runtime.reports.intervals import (
+    INTERVALS_NOTE,
+    cell,
+    grouped_intervals,
+    mean_cell,
+    wilson,
+)
 
 GAMES = (
     "clem.matchit",
@@ -72,6 +85,66 @@ def _pct(value: float | None) -> str:
     return fmt(value, 2)
 
 
+# An episode as the scores see it: (played, main score or None); runtime errors left out.
+Item = tuple[bool, float | None]
+
+
+def _items(records: list[dict[str, Any]]) -> list[Item]:
+    out: list[Item] = []
+    for r in records:
+        if r.get("outcome") in ("success", "lost", "aborted"):
+            main = main_score(r)
+            out.append((is_played(r), None if main is None else float(main)))
+    return out
+
+
+def _stats(items: list[Item]) -> GameStats:
+    """``game_stats`` over items (the bootstrap resamples items, not records)."""
+    played = [m for p, m in items if p]
+    mains = [m for m in played if m is not None and not math.isnan(m)]
+    return GameStats(
+        episodes=len(items),
+        played=100.0 * len(played) / len(items) if items else 0.0,
+        quality=sum(mains) / len(mains) if mains else None,
+    )
+
+
+def _played_cell(records: list[dict[str, Any]]) -> str:
+    """% played with its Wilson interval."""
+    items = _items(records)
+    return cell(wilson(sum(p for p, _ in items), len(items)), 2, 100.0)
+
+
+def _quality_cell(records: list[dict[str, Any]]) -> str:
+    """Quality (mean main score of the played episodes) with its bootstrap interval."""
+    return mean_cell([m for p, m in _items(records) if p], 2)
+
+
+def _macro_cells(by_game: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """clemscore, avg %p and avg ql of a row, each with a bootstrap interval that resamples
+    the episodes within each game (the games themselves are fixed)."""
+    groups = [_items(rs) for _, rs in sorted(by_game.items())]
+
+    def scores(gs: list[list[Item]]) -> list[float | None]:
+        score = clemscore({str(i): _stats(g) for i, g in enumerate(gs)})
+        return [score.clemscore, score.played, score.quality]
+
+    return [cell(iv, 2) for iv in grouped_intervals(groups, scores)]
+
+
+def _map_cells(by_game: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Map Game: the mean %p and quality of EE, G2X and EE-gr (as the paper's column)."""
+    groups = [_items(by_game[g]) for g in MAP_GAMES if g in by_game]
+    if not groups:
+        return ["–", "–"]
+
+    def scores(gs: list[list[Item]]) -> list[float | None]:
+        stats = [_stats(g) for g in gs]
+        return [mean([s.played for s in stats]), mean([s.quality for s in stats])]
+
+    return [cell(iv, 2) for iv in grouped_intervals(groups, scores)]
+
+
 def table1(records: list[dict[str, Any]]) -> str:
     rows: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
         lambda: defaultdict(list)
@@ -87,24 +160,17 @@ def table1(records: list[dict[str, Any]]) -> str:
         stats = {g: game_stats(rs) for g, rs in by_game.items()}
         score = clemscore(stats)
         ranked.append((score.clemscore, label, variant, stats, score))
-    for value, label, variant, stats, score in sorted(ranked, key=lambda x: (-x[0], x[1], x[2])):
-        row = [label, variant, _pct(value), _pct(score.played), _pct(score.quality)]
+    for _, label, variant, _, _ in sorted(ranked, key=lambda x: (-x[0], x[1], x[2])):
+        by_game = rows[(label, variant)]
+        row = [label, variant, *_macro_cells(by_game)]
 
-        def cell(s: GameStats | None) -> list[str]:
-            return ["–", "–"] if s is None else [_pct(s.played), _pct(s.quality)]
+        def game_cells(game: str, by_game: dict[str, list[dict[str, Any]]] = by_game) -> list[str]:
+            rs = by_game.get(game)
+            return ["–", "–"] if rs is None else [_played_cell(rs), _quality_cell(rs)]
 
-        maps = [stats[g] for g in MAP_GAMES if g in stats]
-        map_cell = (
-            [
-                _pct(mean([s.played for s in maps])),
-                _pct(mean([s.quality for s in maps if s.quality is not None])),
-            ]
-            if maps
-            else ["–", "–"]
-        )
-        row += cell(stats.get("clem.matchit")) + cell(stats.get("clem.reference")) + map_cell
+        row += game_cells("clem.matchit") + game_cells("clem.reference") + _map_cells(by_game)
         for g in MAP_GAMES:
-            row += cell(stats.get(g))
+            row += game_cells(g)
         out.append(row)
     return markdown_table(header, out)
 
@@ -131,9 +197,7 @@ def experiments_table(records: list[dict[str, Any]]) -> str:
         groups.items(), key=lambda kv: (order.get(kv[0][0], 9), *kv[0][1:])
     ):
         s = game_stats(rs)
-        success = (
-            100.0 * sum(r["outcome"] == "success" for r in rs) / s.episodes if s.episodes else None
-        )
+        success = wilson(sum(r["outcome"] == "success" for r in rs), s.episodes)
         errors = len(rs) - s.episodes
         sources = sorted({str(settings_source(r)) for r in rs})
         rows.append(
@@ -143,9 +207,9 @@ def experiments_table(records: list[dict[str, Any]]) -> str:
                 variant,
                 label,
                 str(s.episodes),
-                _pct(s.played),
-                _pct(s.quality),
-                _pct(success),
+                _played_cell(rs),
+                _quality_cell(rs),
+                cell(success, 2, 100.0),
                 str(errors),
                 ", ".join(sources),
             ]
@@ -196,10 +260,10 @@ def mapworld_table(records: list[dict[str, Any]]) -> str:
             continue
         played = [r for r in rs if r["outcome"] in ("success", "lost")]
 
-        def m(key: str, group: list[dict[str, Any]] = played) -> float | None:
+        def m(key: str, group: list[dict[str, Any]] = played) -> str:
             if key == "main":
-                return mean([main_score(r) for r in group])
-            return mean([(r.get("scores") or {}).get(key) for r in group])
+                return mean_cell([main_score(r) for r in group], 2)
+            return mean_cell([(r.get("scores") or {}).get(key) for r in group], 2)
 
         bounded = sum(1 for r in played if (r.get("scores") or {}).get("ged_bounded"))
         rows.append(
@@ -208,14 +272,14 @@ def mapworld_table(records: list[dict[str, Any]]) -> str:
                 exp,
                 variant,
                 label,
-                _pct(100.0 * len(played) / len(rs)),
-                _pct(100.0 * sum(r["outcome"] == "success" for r in rs) / len(rs)),
-                _pct(m("main")),
-                _pct(m("efficiency")),
-                _pct(m("exploration")) if game != "clem.mapworld_g2x" else "–",
-                _pct(m("graph_similarity")) if game == "clem.mapworld_eegr" else "–",
+                cell(wilson(len(played), len(rs)), 2, 100.0),
+                cell(wilson(sum(r["outcome"] == "success" for r in rs), len(rs)), 2, 100.0),
+                m("main"),
+                m("efficiency"),
+                m("exploration") if game != "clem.mapworld_g2x" else "–",
+                m("graph_similarity") if game == "clem.mapworld_eegr" else "–",
                 str(bounded) if game == "clem.mapworld_eegr" else "–",
-                _pct(m("moves")),
+                _pct(mean([(r.get("scores") or {}).get("moves") for r in played])),
             ]
         )
     return markdown_table(header, rows)
@@ -260,7 +324,10 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
         "## clem (seed 000): clemscore, % played, quality",
         "",
         "clemscore = avg %p / 100 × avg ql, macro-averaged over the games of a row; a game with "
-        "0 % played drops out of the quality average. Map Game = mean of EE, G2X and EE-gr.",
+        "0 % played drops out of the quality average. Map Game = mean of EE, G2X and EE-gr. "
+        + INTERVALS_NOTE
+        + " Over several games (clemscore, averages, Map Game) the bootstrap resamples the "
+        "episodes within each game.",
         "",
         table1(records),
         "",

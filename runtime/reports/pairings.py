@@ -15,6 +15,7 @@ import yaml
 
 from parley.records import main_score
 from parley.runtime.report import fmt, markdown_table, mean
+from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
 
 def _metrics(records: list[dict[str, Any]]) -> list[str]:
@@ -32,15 +33,16 @@ def _cell(group: list[dict[str, Any]], metric: str) -> str:
         return ""
     if metric == "episodes":
         return str(len(group))
+    # Shares of episodes: Wilson intervals; mean scores: bootstrap (runtime/reports/intervals.py).
     if metric == "success %":
-        return fmt(100.0 * sum(r["outcome"] == "success" for r in group) / len(group))
+        return rate_cell(sum(r["outcome"] == "success" for r in group), len(group))
     if metric == "error %":
-        return fmt(100.0 * sum(r["outcome"] == "error" for r in group) / len(group))
+        return rate_cell(sum(r["outcome"] == "error" for r in group), len(group))
     if metric == "replies":
         return fmt(mean([r["turns"] for r in group]))
     if metric == "main":
-        return fmt(mean([main_score(r) for r in group]), 2)
-    return fmt(mean([(r.get("scores") or {}).get(metric) for r in group]), 2)
+        return mean_cell([main_score(r) for r in group])
+    return mean_cell([(r.get("scores") or {}).get(metric) for r in group])
 
 
 def pairing_tables(records: list[dict[str, Any]]) -> str:
@@ -77,7 +79,7 @@ def pairing_tables(records: list[dict[str, Any]]) -> str:
                 parts += [markdown_table(header, body), ""]
     if not parts:
         return ""
-    return "\n".join(["## Pairings", "", *parts])
+    return "\n".join(["## Pairings", "", INTERVALS_NOTE, "", *parts])
 
 
 def _prices(run_dir: Path) -> dict[str, dict[str, Any]]:
