@@ -1,0 +1,263 @@
+"""Replies held to the game master's legal actions (``constrain: legal_actions``).
+
+A turn's legal actions (``TurnRequest.legal_actions``) are replies the game reads as they
+stand: a COMMA solver's action name, a board game's bare move. With ``constrain:
+legal_actions`` a model is asked to answer with exactly one of them, through what its server
+offers:
+
+- ``choice`` (the default for self-hosted servers): vLLM's ``structured_outputs:
+  {"choice": [...]}`` (vLLM 0.12 and later; older servers: ``guided_choice``);
+- ``regex``: ``structured_outputs: {"regex": "(?:a|b|…)"}`` (older: ``guided_regex``);
+- ``json_schema`` (the default for api.openai.com): OpenAI's ``response_format`` with a JSON
+  schema whose one field is an enum of the actions; the reply ``{"action": "e2e4"}`` is turned
+  back into ``e2e4`` before the game reads it (the raw reply stays in the transcript).
+
+A turn without legal actions (a dialogue turn, a question with a free answer) cannot be held:
+the request goes out free, its call record says why, and the log says so once per model and
+role. Anthropic's messages API offers no such constraint: the same applies.
+
+The stand-in server (:mod:`parley.agents.backends.simserver`) honours all three through
+:func:`honour`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+log = logging.getLogger("parley.agents.constrain")
+
+Via = Literal["choice", "regex", "guided_choice", "guided_regex", "json_schema"]
+ViaSetting = Literal["auto", "choice", "regex", "guided_choice", "guided_regex", "json_schema"]
+JSON_FIELD = "action"
+SCHEMA_NAME = "legal_action"
+# Hosts whose chat completions take OpenAI's json_schema but not vLLM's fields.
+_OPENAI_HOSTS = ("api.openai.com",)
+
+_warned: set[tuple[str, str, str]] = set()
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """What one request's reply is held to: one of ``choices``, sent the ``via`` way."""
+
+    choices: tuple[str, ...]
+    via: Via
+
+    def regex(self) -> str:
+        """A regular expression that matches exactly the choices."""
+        return "(?:" + "|".join(re.escape(c) for c in self.choices) + ")"
+
+    def fields(self) -> dict[str, Any]:
+        """The request body's fields that carry the constraint."""
+        if self.via == "choice":
+            return {"structured_outputs": {"choice": list(self.choices)}}
+        if self.via == "regex":
+            return {"structured_outputs": {"regex": self.regex()}}
+        if self.via == "guided_choice":
+            return {"guided_choice": list(self.choices)}
+        if self.via == "guided_regex":
+            return {"guided_regex": self.regex()}
+        return {
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": SCHEMA_NAME,
+                    "strict": True,
+                    "schema": {
+                        "type": "object",
+                        "properties": {JSON_FIELD: {"type": "string", "enum": list(self.choices)}},
+                        "required": [JSON_FIELD],
+                        "additionalProperties": False,
+                    },
+                },
+            }
+        }
+
+    def apply(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with the constraint's fields added (a new dict; ``body`` is not changed)."""
+        return {**body, **self.fields()}
+
+    def unwrap(self, text: str) -> str:
+        """The reply as the game should read it: the action of a JSON reply, or ``text``."""
+        if self.via != "json_schema":
+            return text
+        try:
+            data = json.loads(text)
+        except ValueError:
+            return text  # not JSON after all: the game judges the text as it is
+        if isinstance(data, dict) and isinstance(data.get(JSON_FIELD), str):
+            return str(data[JSON_FIELD])
+        return text
+
+    def record(self) -> dict[str, Any]:
+        """What the call record keeps of it."""
+        return {"constrained": True, "constraint": {"via": self.via, "choices": len(self.choices)}}
+
+
+def resolve_via(setting: str, backend: str, base_urls: list[str]) -> Via | None:
+    """How a model takes the constraint: ``setting`` unless ``auto``; ``json_schema`` for
+    OpenAI's own API, ``choice`` for other OpenAI-compatible servers; None for Anthropic."""
+    if backend != "openai":
+        return None
+    if setting != "auto":
+        return setting  # type: ignore[return-value]
+    if base_urls and all(any(h in url for h in _OPENAI_HOSTS) for url in base_urls):
+        return "json_schema"
+    return "choice"
+
+
+def for_turn(
+    mode: str | None,
+    legal_actions: list[str],
+    *,
+    backend: str,
+    base_urls: list[str],
+    via: str = "auto",
+    model: str = "",
+    role: str = "",
+) -> tuple[Constraint | None, dict[str, Any]]:
+    """The constraint of one turn, and what its call record says of it.
+
+    ``mode`` is the effective ``constrain`` setting (``legal_actions``, ``off`` or None). The
+    record is empty when nothing was asked; ``{"constrained": False, "constraint": why}`` when
+    it was asked and cannot be held this turn (logged once per model and role).
+    """
+    if mode != "legal_actions":
+        return None, {}
+    how = resolve_via(via, backend, base_urls)
+    if how is None:
+        why = f"the {backend} API takes no constraint on the reply"
+    elif not legal_actions:
+        why = "the game gave no legal actions for this turn"
+    else:
+        # The same action twice would be one choice; order kept for the seeded pick.
+        constraint = Constraint(tuple(dict.fromkeys(legal_actions)), how)
+        return constraint, constraint.record()
+    key = (model, role, why)
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("constrain: legal_actions: model %s as %s replies free: %s", model, role, why)
+    return None, {"constrained": False, "constraint": why}
+
+
+# --- the stand-in server's side ---------------------------------------------------------------
+
+
+def requested(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The constraint a request body carries, in a short form (for the sim's stats)."""
+    outputs = body.get("structured_outputs")
+    if isinstance(outputs, dict):
+        for key in ("choice", "regex", "json"):
+            if key in outputs:
+                return {"field": f"structured_outputs.{key}", "value": outputs[key]}
+    for key in ("guided_choice", "guided_regex", "guided_json"):
+        if key in body:
+            return {"field": key, "value": body[key]}
+    fmt = body.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        return {"field": "response_format.json_schema", "value": fmt.get("json_schema")}
+    return None
+
+
+def _rng(body: dict[str, Any], seed: int) -> random.Random:
+    """A pick that depends only on the request (its messages) and the server's seed: the same
+    request gets the same answer, whatever else the server is doing."""
+    digest = hashlib.sha256(
+        json.dumps(body.get("messages"), sort_keys=True, default=str).encode()
+    ).digest()
+    return random.Random(seed ^ int.from_bytes(digest[:8], "big"))
+
+
+def honour(body: dict[str, Any], reply: str, seed: int = 0) -> str:
+    """The reply a constrained server would give: ``reply`` when it already obeys the
+    request's constraint, else a seeded pick among the choices, a string that matches the
+    regex, or JSON valid under the schema's enum."""
+    asked = requested(body)
+    if asked is None:
+        return reply
+    field, value = asked["field"], asked["value"]
+    rng = _rng(body, seed)
+    if field.endswith("choice") and isinstance(value, list) and value:
+        return reply if reply in value else str(rng.choice(value))
+    if field.endswith("regex") and isinstance(value, str):
+        if re.fullmatch(value, reply):
+            return reply
+        return generate(value, rng)
+    if field == "response_format.json_schema" and isinstance(value, dict):
+        return _schema_reply(value.get("schema") or {}, reply, rng)
+    return reply
+
+
+def _schema_reply(schema: dict[str, Any], reply: str, rng: random.Random) -> str:
+    props = schema.get("properties") or {}
+    try:
+        given = json.loads(reply)
+    except ValueError:
+        given = None
+    out: dict[str, Any] = {}
+    for name, prop in props.items():
+        enum = prop.get("enum") if isinstance(prop, dict) else None
+        value = given.get(name) if isinstance(given, dict) else None
+        if enum:
+            out[name] = value if value in enum else rng.choice(enum)
+        else:
+            out[name] = value if isinstance(value, str) else reply
+    return json.dumps(out)
+
+
+def generate(pattern: str, rng: random.Random, *, most: int = 3) -> str:
+    """A string that ``pattern`` matches in full, for the subset of regular expressions the
+    client sends and a little more: literals, alternation, groups, classes, ``.``, repeats
+    (at most ``most`` times over their minimum). Raises ValueError for anything else."""
+    from re import _parser as parser  # the standard library's own regex parser
+
+    def walk(items: Any) -> str:
+        out: list[str] = []
+        for op, arg in items:
+            name = str(op)
+            if name == "LITERAL":
+                out.append(chr(arg))
+            elif name == "ANY":
+                out.append("x")
+            elif name == "IN":
+                out.append(_from_class(arg))
+            elif name == "BRANCH":
+                out.append(walk(rng.choice(arg[1])))
+            elif name == "SUBPATTERN":
+                out.append(walk(arg[-1]))
+            elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+                low, high, sub = arg
+                top = low + most if high == parser.MAXREPEAT else min(high, low + most)
+                out.append("".join(walk(sub) for _ in range(rng.randint(low, top))))
+            elif name in ("AT",):
+                continue
+            else:
+                raise ValueError(f"cannot generate a string for regex element {name}")
+        return "".join(out)
+
+    def _from_class(items: Any) -> str:
+        options: list[str] = []
+        for op, arg in items:
+            name = str(op)
+            if name == "LITERAL":
+                options.append(chr(arg))
+            elif name == "RANGE":
+                options.append(chr(rng.randint(arg[0], arg[1])))
+            elif name == "CATEGORY":
+                options.append({"CATEGORY_DIGIT": "7", "CATEGORY_SPACE": " "}.get(str(arg), "a"))
+            elif name == "NEGATE":
+                raise ValueError("cannot generate a string for a negated class")
+        if not options:
+            raise ValueError("an empty character class")
+        return rng.choice(options)
+
+    text = walk(parser.parse(pattern))
+    if not re.fullmatch(pattern, text):
+        raise ValueError(f"generated {text!r}, which {pattern!r} does not match")
+    return text
