@@ -1,0 +1,525 @@
+"""parley beside the frameworks a researcher would use instead, on one machine, in one window.
+
+Two workloads, each played by parley and by a peer, interleaved A, B, A, B (``--repeats``):
+
+* **Single-turn, model-played** — N one-request episodes against ONE stand-in model server
+  (``parley sim-server``, every reply after ``--latency`` seconds, no batch limit), at
+  N = 200, 1,000 and 2,000. parley: ``parley run`` of N ``clem.reference`` episodes, the
+  guesser a model on the sim server, the describer scripted (one request per episode), auto
+  workers. Inspect AI: ``inspect eval`` of N single-turn samples through its OpenAI-compatible
+  provider (``openai-api/sim/…``) with ``max_connections=N``. Both are measured by the same
+  counters, the sim server's ``/sim/stats``: requests/s over the active window (first request
+  to last reply), peak requests in flight, seconds from the command's start until 99 % of N
+  were in flight, and the wall time of the whole command (imports, logs, reports included).
+* **Scripted long game, no model** — the runtime's own cost per turn. clemcore: its
+  ``mock`` players (``clem run -g taboo -m mock``-like, driven through its Python API) on the
+  longest game its package ships; parley: scripted players on a long ``comma.wire``-free game
+  (see ``--long-game``), in one process. Reported: µs per turn (parley) against µs per player
+  response (clemcore), and per episode.
+
+The peers are not parley dependencies: the benchmark makes a virtual environment for each under
+a cache folder (``$PARLEY_BENCH_CACHE`` or ``~/.cache/parley-bench/peers``) and pip-installs the
+pinned versions there on first use. Everything stays on loopback. Prints a table with ratios and
+writes benchmarks/results/peers.json (or ``--json PATH``).
+
+    python benchmarks/peers.py                   # sizes 200,1000,2000, 2 repeats each
+    python benchmarks/peers.py --quick           # 200 only, 1 repeat, shorter long game
+    python benchmarks/peers.py --only single --sizes 1000 --repeats 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+CACHE = Path(
+    os.environ.get("PARLEY_BENCH_CACHE", Path.home() / ".cache" / "parley-bench" / "peers")
+)
+# The versions measured; change them here to measure others (the venv is rebuilt).
+PINS: dict[str, list[str]] = {
+    "inspect": ["inspect-ai==0.3.285", "openai==3.54.0"],
+    "clemcore": ["clemcore==3.7.2"],
+}
+REPLY = "Answer: first"
+
+
+# --- the peers' virtual environments ---------------------------------------------------------
+
+
+def peer_python(name: str) -> Path:
+    """The interpreter of peer ``name``'s venv, created and installed on first use."""
+    venv = CACHE / name
+    python = venv / "bin" / "python"
+    marker = venv / ".parley-pins"
+    wanted = "\n".join(PINS[name])
+    if python.exists() and marker.exists() and marker.read_text() == wanted:
+        return python
+    print(f"installing {', '.join(PINS[name])} into {venv} (once) …", file=sys.stderr)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS[name]],
+        check=True,
+    )
+    marker.write_text(wanted)
+    return python
+
+
+# --- watching the sim server -----------------------------------------------------------------
+
+
+class Watch:
+    """Samples the sim server's counters every 50 ms while one command runs."""
+
+    def __init__(self, sim: SimServerProcess, target: int) -> None:
+        self.sim = sim
+        self.target = target
+        self.samples: list[tuple[float, int, int]] = []  # (time, requests, in flight)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with contextlib.suppress(Exception):
+                stats = self.sim.stats()
+                self.samples.append(
+                    (time.monotonic(), int(stats.get("requests", 0)), int(stats["in_flight"]))
+                )
+            self._stop.wait(0.05)
+
+    def __enter__(self) -> Watch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def run_watched(
+    command: list[str], sim: SimServerProcess, n: int, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run ``command`` against a freshly reset sim server; the server's figures for it."""
+    sim.reset()
+    cpu0 = _children_cpu()
+    start = time.monotonic()
+    with Watch(sim, n) as watch:
+        done = subprocess.run(
+            command, env={**os.environ, **(env or {})}, capture_output=True, text=True, check=False
+        )
+    wall = time.monotonic() - start
+    stats = sim.stats()
+    samples = watch.samples
+    requests = int(stats.get("requests", 0))
+    served = [s for s in samples if s[1] > 0]
+    first = served[0][0] if served else start
+    # The active window: the first request seen to the last reply (nothing in flight after it).
+    last = next((s[0] for s in served if s[1] >= requests and s[2] == 0), samples[-1][0])
+    window = max(1e-3, last - first)
+    full = next((s[0] for s in samples if s[2] >= 0.99 * n), None)
+    return {
+        "ok": done.returncode == 0,
+        "returncode": done.returncode,
+        "error": "" if done.returncode == 0 else (done.stderr or done.stdout)[-800:],
+        "requests": requests,
+        "wall_s": round(wall, 2),
+        "active_s": round(window, 2),
+        "requests_per_s": round(requests / window, 1),
+        "peak_in_flight": int(stats.get("peak_in_flight", 0)),
+        "all_in_flight_after_s": round(full - start, 2) if full is not None else None,
+        "first_request_after_s": round(first - start, 2),
+        "cpu_s": round(_children_cpu() - cpu0, 2),
+    }
+
+
+def _children_cpu() -> float:
+    usage = __import__("resource").getrusage(__import__("resource").RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# --- single-turn: parley ---------------------------------------------------------------------
+
+
+def parley_single(folder: Path, url: str, n: int) -> list[str]:
+    config = {
+        "name": "peers-single",
+        "concurrency": n,
+        "workers": "auto",
+        "tracing": {"enabled": False},
+        "state": {"publish": "off"},
+        "models": {
+            "sim": {
+                "model": "sim",
+                "base_url": url,
+                "images": False,
+                "transport": "direct",
+                "timeout_s": 120,
+                "concurrency": {"start": 4096, "min": 64, "max": 4096},
+            }
+        },
+        "games": [
+            {
+                "game": "clem.reference",
+                "seeds": {"count": n},
+                "settings": {"variant": "text", "set": "grids_letters"},
+                "pairings": [{"describer": "scripted", "guesser": "sim"}],
+            }
+        ],
+    }
+    path = folder / "parley.yaml"
+    path.write_text(yaml.safe_dump(config))
+    parley = shutil.which("parley", path=str(Path(sys.executable).parent)) or "parley"
+    return [parley, "run", str(path), "--out", str(folder / "run"), "--quiet"]
+
+
+# --- single-turn: Inspect AI -----------------------------------------------------------------
+
+INSPECT_DRIVER = """
+import sys
+from inspect_ai import Task, eval
+from inspect_ai.dataset import Sample
+from inspect_ai.scorer import includes
+from inspect_ai.solver import generate
+
+n, logs = int(sys.argv[1]), sys.argv[2]
+task = Task(
+    dataset=[Sample(input=f"Which is the target, first, second or third? ({i})", target="first")
+             for i in range(n)],
+    solver=generate(),
+    scorer=includes(),
+)
+log = eval(task, model="openai-api/sim/sim", max_connections=n, log_dir=logs,
+           display="none", max_retries=0, timeout=120)[0]
+print(log.status, len(log.samples or []))
+sys.exit(0 if log.status == "success" else 1)
+"""
+
+
+def inspect_single(folder: Path, url: str, n: int) -> tuple[list[str], dict[str, str]]:
+    driver = folder / "inspect_driver.py"
+    driver.write_text(textwrap.dedent(INSPECT_DRIVER))
+    env = {"SIM_API_KEY": "unused", "SIM_BASE_URL": url, "INSPECT_LOG_LEVEL": "warning"}
+    return [str(peer_python("inspect")), str(driver), str(n), str(folder / "logs")], env
+
+
+def single_turn(args: argparse.Namespace) -> list[dict[str, Any]]:
+    sim_config = {
+        "latency": {"ttft_s": args.latency, "tokens_per_s": 0, "max_seqs": 100_000},
+        "replies": {"text": REPLY},
+    }
+    rows: list[dict[str, Any]] = []
+    with SimServerProcess(sim_config) as sim:
+        for n in args.sizes:
+            for repeat in range(args.repeats):
+                for who in ("parley", "inspect"):
+                    folder = Path(tempfile.mkdtemp(prefix=f"parley-peers-{who}-"))
+                    try:
+                        if who == "parley":
+                            command, env = parley_single(folder, sim.openai_url, n), {}
+                        else:
+                            command, env = inspect_single(folder, sim.openai_url, n)
+                        figures = run_watched(command, sim, n, env)
+                    finally:
+                        shutil.rmtree(folder, ignore_errors=True)
+                    row = {"workload": "single", "who": who, "n": n, "repeat": repeat, **figures}
+                    rows.append(row)
+                    print(
+                        f"  single N={n} #{repeat} {who:8} {figures['requests_per_s']:>8} req/s "
+                        f"wall {figures['wall_s']} s peak {figures['peak_in_flight']}"
+                        + ("" if figures["ok"] else f"  FAILED: {figures['error'][-200:]}"),
+                        file=sys.stderr,
+                    )
+    return rows
+
+
+# --- scripted long game ----------------------------------------------------------------------
+
+# clembench's games are not on PyPI (pip gives clemcore, the framework, only; the games live in
+# the clembench repository), so the clemcore side is a game written here on clemcore's own
+# DialogueGameMaster: two programmatic players (clemcore's CustomResponseModel, what ``-m mock``
+# resolves to) count in turns until the episode's turn limit, with clemcore's per-episode
+# GameInteractionsRecorder attached and its record serialised, as ``clem run`` stores it. Its
+# episode is as long as parley's (the same number of responses).
+CLEM_DRIVER = """
+import json, sys, time
+from clemcore.backends.model_registry import CustomResponseModel, ModelSpec
+from clemcore.clemgame.errors import ParseError
+from clemcore.clemgame.master import DialogueGameMaster
+from clemcore.clemgame.player import Player
+from clemcore.clemgame.recorder import GameInteractionsRecorder
+from clemcore.clemgame.registry import GameSpec
+
+
+class Counter(Player):
+    def _custom_response(self, context):
+        return f"NUMBER: {int(context['content'].rsplit(' ', 1)[-1]) + 1}"
+
+
+class CountGame(DialogueGameMaster):
+    def _on_setup(self, **instance):
+        self.limit = instance["turns"]
+        self.a = Counter(self.player_models[0])
+        self.b = Counter(self.player_models[1])
+        self.add_player(self.a, initial_context="Count on from the number I give you. Start: 0")
+        self.add_player(self.b)
+
+    def _parse_response(self, player, response):
+        if not response.startswith("NUMBER: "):
+            raise ParseError(reason="no NUMBER:", response=response)
+        return response[len("NUMBER: "):]
+
+    def _advance_game(self, player, parsed):
+        other = self.b if player is self.a else self.a
+        self.set_context_for(other, f"Your partner said {parsed}. Next after {parsed}")
+        if int(parsed) >= self.limit:
+            self.state.succeed()
+
+
+episodes, turns = int(sys.argv[1]), int(sys.argv[2])
+spec = GameSpec(game_name="count", game_path=".", players=2)
+model = CustomResponseModel(ModelSpec(model_name="mock"))
+responses = 0
+start, cpu = time.perf_counter(), time.process_time()
+for game_id in range(episodes):
+    gm = CountGame(spec, {"name": "count"}, [model, model])
+    gm.setup(turns=turns, game_id=game_id)
+    recorder = GameInteractionsRecorder("count", "count", game_id, ".", {})
+    for p in gm.get_players():
+        recorder.log_player(p.name, p.game_role, p.model.name)
+    gm.register(recorder)
+    gm.before_game()
+    done = False
+    while not done:
+        player = gm.current_player
+        model.players = [player]
+        done, _ = gm.step(player(gm.get_context_for(player)))
+        responses += 1
+    json.dumps(recorder.interactions)
+print(json.dumps({"episodes": episodes, "turns": responses,
+                  "seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu}))
+"""
+
+# parley's side: scripted players on comma.memory (five stages, ~19 turns an episode, the longest
+# scripted COMMA episode), in one process on the local bus, tracing and state publishing off, one
+# episode at a time as clemcore plays them (``--long-concurrency`` for more at once). Timed from
+# the run's start to its end, imports excluded as on clemcore's side.
+PARLEY_LONG = """
+import json, sys, tempfile, time
+from pathlib import Path
+from parley import event_loop
+from parley.runtime.config import load_config
+from parley.runtime.scheduler import run_experiment
+
+episodes, concurrency, game = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+config = load_config({
+    "name": "peers-long", "concurrency": concurrency, "workers": 1,
+    "tracing": {"enabled": False}, "state": {"publish": "off"},
+    "games": [{"game": game, "seeds": {"count": episodes}, "settings": {"variant": "text"},
+               "pairings": [{"solver": "scripted", "expert": "scripted"}]}],
+})
+out = Path(tempfile.mkdtemp(prefix="parley-peers-long-"))
+start, cpu = time.perf_counter(), time.process_time()
+outcome = event_loop.run(run_experiment(config, out / "run"))
+print(json.dumps({"episodes": len(outcome.records), "turns": sum(r["turns"] for r in outcome.records),
+                  "seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
+                  "won": sum(r["outcome"] == "success" for r in outcome.records)}))
+"""
+
+
+def _driver(python: Path | str, source: str, *argv: object) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(textwrap.dedent(source))
+    try:
+        done = subprocess.run(
+            [str(python), f.name, *map(str, argv)],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tempfile.gettempdir(),
+        )
+    finally:
+        os.unlink(f.name)
+    if done.returncode != 0:
+        raise RuntimeError(f"{python} {source.split(chr(10))[1]}…: {done.stderr[-1500:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def long_game(args: argparse.Namespace) -> list[dict[str, Any]]:
+    clem = peer_python("clemcore")
+    rows: list[dict[str, Any]] = []
+    turns_per_episode = 0
+    for repeat in range(args.repeats):
+        for who in ("parley", "clemcore"):
+            if who == "parley":
+                figures = _driver(
+                    sys.executable,
+                    PARLEY_LONG,
+                    args.long_episodes,
+                    args.long_concurrency,
+                    args.long_game,
+                )
+                turns_per_episode = round(figures["turns"] / max(1, figures["episodes"]))
+            else:
+                figures = _driver(clem, CLEM_DRIVER, args.long_episodes, turns_per_episode)
+            row = {
+                "workload": "long",
+                "who": who,
+                "repeat": repeat,
+                "game": args.long_game
+                if who == "parley"
+                else "count (clemcore DialogueGameMaster)",
+                **figures,
+                "us_per_turn": round(1e6 * figures["seconds"] / max(1, figures["turns"]), 1),
+                "cpu_us_per_turn": round(1e6 * figures["cpu_s"] / max(1, figures["turns"]), 1),
+                "us_per_episode": round(1e6 * figures["seconds"] / max(1, figures["episodes"]), 1),
+            }
+            rows.append(row)
+            print(
+                f"  long #{repeat} {who:8} {row['us_per_turn']} µs/turn, "
+                f"{row['us_per_episode']} µs/episode ({figures['turns']} turns)",
+                file=sys.stderr,
+            )
+    return rows
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per workload and size: parley's and the peer's medians and their ratio."""
+    out: list[dict[str, Any]] = []
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["workload"], row.get("n", 0)), []).append(row)
+    for (workload, n), group in groups.items():
+        if workload == "single":
+            for key, better in (
+                ("requests_per_s", "higher"),
+                ("wall_s", "lower"),
+                ("peak_in_flight", "higher"),
+                ("all_in_flight_after_s", "lower"),
+            ):
+                mine = [r[key] for r in group if r["who"] == "parley" and r[key] is not None]
+                theirs = [r[key] for r in group if r["who"] != "parley" and r[key] is not None]
+                out.append(_line(f"N={n:,} {key}", mine, theirs, "Inspect AI", better))
+        else:
+            for key in ("us_per_turn", "cpu_us_per_turn", "us_per_episode"):
+                mine = [r[key] for r in group if r["who"] == "parley"]
+                theirs = [r[key] for r in group if r["who"] != "parley"]
+                out.append(_line(f"long game {key}", mine, theirs, "clemcore", "lower"))
+    return out
+
+
+def _line(name: str, mine: list[float], theirs: list[float], peer: str, better: str) -> dict:
+    a = statistics.median(mine) if mine else None
+    b = statistics.median(theirs) if theirs else None
+    ratio = None
+    if a and b:
+        ratio = round(a / b if better == "higher" else b / a, 2)
+    return {
+        "measure": name,
+        "parley": a,
+        "parley_range": [min(mine), max(mine)] if mine else None,
+        "peer": peer,
+        "peer_value": b,
+        "peer_range": [min(theirs), max(theirs)] if theirs else None,
+        "advantage": ratio,  # > 1: parley ahead
+        "better": better,
+    }
+
+
+def print_table(summary: list[dict[str, Any]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="parley beside its peers (median of repeats; advantage > 1: parley ahead)")
+    for column in ("measure", "parley", "peer", "peer value", "advantage"):
+        table.add_column(column, justify="left" if column in ("measure", "peer") else "right")
+    for line in summary:
+        table.add_row(
+            line["measure"],
+            _fmt(line["parley"], line["parley_range"]),
+            line["peer"],
+            _fmt(line["peer_value"], line["peer_range"]),
+            "—" if line["advantage"] is None else f"{line['advantage']:.2f}×",
+        )
+    Console().print(table)
+
+
+def _fmt(value: float | None, span: list[float] | None) -> str:
+    if value is None:
+        return "—"
+    text = f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+    if span and span[0] != span[1]:
+        text += f" ({span[0]:,.4g}–{span[1]:,.4g})"
+    return text
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="200,1000,2000", help="single-turn sizes N")
+    parser.add_argument("--repeats", type=int, default=2, help="A,B pairs per size")
+    parser.add_argument("--latency", type=float, default=1.0, help="seconds per sim reply")
+    parser.add_argument("--only", choices=["single", "long"], help="one workload only")
+    parser.add_argument("--long-episodes", type=int, default=1000, help="long game: episodes")
+    parser.add_argument(
+        "--long-concurrency", type=int, default=1, help="long game: parley episodes at once"
+    )
+    parser.add_argument("--long-game", default="comma.memory", help="long game: parley's game")
+    parser.add_argument("--quick", action="store_true", help="N=200, 1 repeat, short long game")
+    parser.add_argument("--json", type=Path, default=RESULTS / "peers.json", help="output JSON")
+    args = parser.parse_args()
+    if args.quick:
+        args.sizes, args.repeats, args.long_episodes = "200", 1, 200
+    args.sizes = [int(x) for x in str(args.sizes).split(",") if x]
+    rows: list[dict[str, Any]] = []
+    if args.only in (None, "single"):
+        rows += single_turn(args)
+    if args.only in (None, "long"):
+        rows += long_game(args)
+    summary = summarise(rows)
+    print_table(summary)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "load_average_1m_after": round(os.getloadavg()[0], 2),
+            "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        },
+        "pins": PINS,
+        "latency_s": args.latency,
+        "summary": summary,
+        "runs": rows,
+    }
+    args.json.write_text(json.dumps(payload, indent=2) + "\n")
+    print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
