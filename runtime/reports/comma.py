@@ -1,4 +1,4 @@
-"""COMMA's tables (seed 001): PSR by puzzle ± standard error in the paper's Table 1 layout, SR,
+"""COMMA's tables (seed 001): PSR by puzzle with 95 % intervals in the paper's Table 1 layout, SR,
 mistakes, conversation length and efficiency per pairing, and the turn-limit curve (success
 when only the first t solver turns count, computed by cutting the recorded transcripts).
 
@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from parley.runtime.report import markdown_table
+from parley.runtime.reports.intervals import (
+    INTERVALS_NOTE,
+    cell,
+    grouped_interval,
+    mean_cell,
+    wilson,
+)
 
 PUZZLES = (
     "wire",
@@ -122,23 +129,28 @@ def mean_se(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(var / n)
 
 
-def _cell(values: list[float], scale: float, digits: int) -> str:
-    mean, se = mean_se(values)
-    return f"{scale * mean:.{digits}f} ± {scale * se:.{digits}f}"
+def _cell(values: list[float], scale: float, digits: int, share: bool = False) -> str:
+    """A mean with its 95 % interval: Wilson for a share of episodes (0/1 values), the
+    bootstrap otherwise (runtime/reports/intervals.py)."""
+    if share:
+        return cell(wilson(round(sum(values)), len(values)), digits, scale)
+    return mean_cell(values, digits, scale)
 
 
 def _overall(per_puzzle: list[list[float]], scale: float, digits: int) -> str:
-    # As in the paper: the mean of the puzzle means; its error combines the puzzles' errors.
-    stats = [mean_se(v) for v in per_puzzle]
-    mean = sum(m for m, _ in stats) / len(stats)
-    se = math.sqrt(sum(s * s for _, s in stats)) / len(stats)
-    return f"{scale * mean:.{digits}f} ± {scale * se:.{digits}f}"
+    # As in the paper: the mean of the puzzle means; its interval resamples the episodes
+    # within each puzzle (a stratified bootstrap).
+    def mean_of_means(groups: list[list[float]]) -> float:
+        return sum(sum(g) / len(g) for g in groups) / len(groups)
+
+    return cell(grouped_interval(per_puzzle, mean_of_means), digits, scale)
 
 
 def by_puzzle_table(
     rows: list[dict[str, Any]], key: str, scale: float = 100.0, digits: int = 1
 ) -> str:
-    """Groups × puzzles (paper order) of ``key``'s mean ± standard error, with an overall column."""
+    """Groups × puzzles (paper order) of ``key``'s mean with its 95 % interval, with an overall
+    column (the mean of the puzzle means)."""
     puzzles = [p for p in PUZZLES if any(r["puzzle"] == p for r in rows)]
     groups = sorted({r["group"] for r in rows})
     out = []
@@ -146,7 +158,7 @@ def by_puzzle_table(
         cells, present = [], []
         for puzzle in puzzles:
             values = [r[key] for r in rows if r["group"] == group and r["puzzle"] == puzzle]
-            cells.append(_cell(values, scale, digits) if values else "–")
+            cells.append(_cell(values, scale, digits, key == "success") if values else "–")
             if values:
                 present.append(values)
         out.append([group, *cells, _overall(present, scale, digits) if present else "–"])
@@ -158,21 +170,27 @@ def pairing_table(rows: list[dict[str, Any]]) -> str:
     for group in sorted({r["group"] for r in rows}):
         g = [r for r in rows if r["group"] == group]
         n = len(g)
-        psr = sum(r["psr"] for r in g) / n
-        tokens = sum(r["tokens"] for r in g) / n
+        # The paper's efficiency is a function of two means: its interval resamples episodes.
+        eff = grouped_interval(
+            [g],
+            lambda gs: efficiency(
+                sum(r["psr"] for r in gs[0]) / len(gs[0]),
+                sum(r["tokens"] for r in gs[0]) / len(gs[0]),
+            ),
+        )
         out.append(
             [
                 group,
                 str(n),
-                f"{100 * sum(r['success'] for r in g) / n:.1f}",
+                _cell([r["success"] for r in g], 100, 1, share=True),
                 _cell([r["psr"] for r in g], 100, 1),
                 f"{sum(r['mistakes'] for r in g) / n:.2f}",
                 f"{sum(r['conversation_length'] for r in g) / n:.2f}",
                 f"{sum(r['tokens_solver'] for r in g) / n:.1f}",
                 f"{sum(r['tokens_expert'] for r in g) / n:.1f}",
                 "/".join(sorted({r["token_source"] for r in g})),
-                f"{100 * efficiency(psr, tokens):.1f}",
-                f"{100 * sum(r['efficiency'] for r in g) / n:.1f}",
+                cell(eff, 1, 100.0),
+                mean_cell([r["efficiency"] for r in g], 1, 100.0),
             ]
         )
     header = [
@@ -234,6 +252,26 @@ def cut(
     if zero_when_cut and len(progress) > limit:
         return 0.0, 0.0
     return 0.0, (seen[-1] if seen else 0.0)
+
+
+def turn_limit_cuts(
+    rows: list[dict[str, Any]], traces: dict[str, tuple[list[float], bool]], limit: int
+) -> dict[str, list[list[tuple[float, float]]]]:
+    """Per group, for 1 … ``limit`` allowed turns: each episode's (SR, PSR) had only that many
+    solver turns counted."""
+    out: dict[str, list[list[tuple[float, float]]]] = {}
+    for group in sorted({r["group"] for r in rows}):
+        g = [
+            (*traces[r["episode"]], bool(r.get("cut_scores_zero")))
+            for r in rows
+            if r["group"] == group and r["episode"] in traces
+        ]
+        if g:
+            out[group] = [
+                [cut(progress, won, t, zero) for progress, won, zero in g]
+                for t in range(1, limit + 1)
+            ]
+    return out
 
 
 def turn_limit_curves(
@@ -383,7 +421,7 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
         )
         + ". Tokens: output tokens of the solver's and the expert's messages.",
         "",
-        "### Partial success rate (%), mean ± standard error (the paper's Table 1 layout)",
+        "### Partial success rate (%), mean [95 % interval] (the paper's Table 1 layout)",
         "",
         by_puzzle_table(rows, "psr"),
         "",
@@ -392,7 +430,10 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
         pairing_table(rows),
         "",
         "Efficiency as in the paper: 2·PSR·c/(PSR + c), c = 1/(1 + tokens/1000), from the mean "
-        "PSR and mean tokens of the row (×100); the last column averages it per episode.",
+        "PSR and mean tokens of the row (×100); the last column averages it per episode. "
+        + INTERVALS_NOTE
+        + " Overall columns: the mean of the puzzle means, bootstrapped within each puzzle. "
+        "The paper reports ± standard error; `comma_psr.png` shows that.",
         "",
         "### Success rate (%) by puzzle",
         "",
@@ -416,8 +457,11 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
     curves = turn_limit_curves(rows, traces, limit)
     if curves:
         header = ["pairing", *(str(t) for t in range(1, limit + 1))]
-        sr_rows = [[g, *(f"{p[1]:.0f}" for p in pts)] for g, pts in curves.items()]
-        psr_rows = [[g, *(f"{p[2]:.0f}" for p in pts)] for g, pts in curves.items()]
+        cuts = turn_limit_cuts(rows, traces, limit)
+        sr_rows = [
+            [g, *(_cell([c[0] for c in at], 100, 0, share=True) for at in cuts[g])] for g in curves
+        ]
+        psr_rows = [[g, *(_cell([c[1] for c in at], 100, 0) for at in cuts[g])] for g in curves]
         _plot_curves(curves, run_dir / "comma_turn_limit.png")
         parts += [
             "### Turn-limit curve: success when only the first t solver turns count",
