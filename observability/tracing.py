@@ -39,22 +39,21 @@ import contextlib
 import contextvars
 import json
 import os
-import threading
-import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from parley.observability.otlp_json import OtlpJsonSpanWriter
 
 if TYPE_CHECKING:
     from parley.bus.base import Bus
@@ -108,187 +107,16 @@ def message_spans() -> bool:
     return _active.get().message_spans
 
 
-# --- the JSONL span file -----------------------------------------------------------------------
-
-
-def span_to_dict(span: ReadableSpan) -> dict[str, Any]:
-    """A finished span as the JSON object written to ``traces.jsonl``."""
-    record = _span_record(span)
-    record["resource"] = dict(span.resource.attributes)
-    return record
-
-
-def _span_record(span: ReadableSpan) -> dict[str, Any]:
-    ctx = span.get_span_context()
-    parent = span.parent
-    events = span.events
-    links = span.links
-    return {
-        "name": span.name,
-        "trace_id": f"{ctx.trace_id:032x}",
-        "span_id": f"{ctx.span_id:016x}",
-        "parent_id": f"{parent.span_id:016x}" if parent else None,
-        "kind": span.kind.name,
-        "start_ns": span.start_time,
-        "end_ns": span.end_time,
-        "status": span.status.status_code.name,
-        "status_message": span.status.description,
-        "attributes": dict(span.attributes) if span.attributes else {},
-        "events": [
-            {"name": e.name, "time_ns": e.timestamp, "attributes": dict(e.attributes or {})}
-            for e in events
-        ]
-        if events
-        else [],
-        "links": [
-            {
-                "trace_id": f"{link.context.trace_id:032x}",
-                "span_id": f"{link.context.span_id:016x}",
-            }
-            for link in links
-        ]
-        if links
-        else [],
-    }
-
-
-_LINE = (
-    b'{"name": %s, "trace_id": "%032x", "span_id": "%016x", "parent_id": %s, "kind": "%s", '
-    b'"start_ns": %d, "end_ns": %d, "status": "%s", "status_message": %s, "attributes": %s, '
-    b'"events": %s, "links": %s, "resource": %s}\n'
-)
-_NULL = b"null"
-
-
-def _json(value: Any) -> bytes:
-    """``value`` as JSON; anything JSON has no type for as its ``str``."""
-    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS)
-
-
-class JsonlSpanExporter(SpanExporter):
-    """Appends one JSON object per finished span to a file (the shape of :func:`span_to_dict`).
-
-    Lines are put together with %-formatting and the resource (the same for every span of a
-    run) is serialised once: the export thread shares the GIL with the event loop, so every
-    microsecond spent here is taken from the turns.
-    """
-
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("ab")
-        self._lock = threading.Lock()
-        self._resources: dict[int, bytes] = {}
-
-    def _resource_json(self, span: ReadableSpan) -> bytes:
-        key = id(span.resource)
-        found = self._resources.get(key)
-        if found is None:
-            found = _json(dict(span.resource.attributes))
-            self._resources[key] = found
-        return found
-
-    def _line(self, span: ReadableSpan) -> bytes:
-        ctx = span.get_span_context()
-        parent = span.parent
-        status = span.status
-        attributes = span.attributes
-        record = _span_record(span) if span.events or span.links else None
-        return _LINE % (
-            _json(span.name),
-            ctx.trace_id,
-            ctx.span_id,
-            b'"%016x"' % parent.span_id if parent else _NULL,
-            span.kind.name.encode(),
-            span.start_time or 0,
-            span.end_time or 0,
-            status.status_code.name.encode(),
-            _json(status.description) if status.description is not None else _NULL,
-            _json(dict(attributes)) if attributes else b"{}",
-            _json(record["events"]) if record and record["events"] else b"[]",
-            _json(record["links"]) if record and record["links"] else b"[]",
-            self._resource_json(span),
-        )
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.write(b"".join(self._line(s) for s in spans))
-
-    def write(self, lines: bytes) -> SpanExportResult:
-        """Append ready-made lines (the shape :meth:`_line` gives)."""
-        with self._lock:
-            if self._file.closed:
-                return SpanExportResult.FAILURE
-            self._file.write(lines)
-            self._file.flush()
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        with self._lock:
-            self._file.close()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
-
-
-class JsonlSpanWriter(SpanProcessor):
-    """Writes each span to the run's ``traces.jsonl`` as it ends, in the thread that ends it.
-
-    Not a ``BatchSpanProcessor``: its export thread competes with the event loop for the GIL,
-    and every socket call the loop makes (each releases the GIL) then waits out the thread's
-    switch interval to get it back. Measured on a traced run of 2,000 episodes at once, that
-    convoy cut the request rate by a third and stalled the loop for half a second at a time.
-    Here a line costs ~15 µs of formatting when its span ends, and lines are written to the
-    file ``batch`` at a time, or once ``interval_s`` has passed since the last write.
-    """
-
-    def __init__(
-        self, exporter: JsonlSpanExporter, batch: int = 256, interval_s: float = 1.0
-    ) -> None:
-        self.exporter = exporter
-        self.batch = batch
-        self.interval_s = interval_s
-        self._lines: list[bytes] = []
-        self._lock = threading.Lock()
-        self._written = time.monotonic()
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        return None
-
-    def on_end(self, span: ReadableSpan) -> None:
-        line = self.exporter._line(span)
-        with self._lock:
-            self._lines.append(line)
-            if len(self._lines) >= self.batch or time.monotonic() - self._written > self.interval_s:
-                self._write_locked()
-
-    def _write_locked(self) -> None:
-        lines, self._lines = self._lines, []
-        self._written = time.monotonic()
-        if lines:
-            self.exporter.write(b"".join(lines))
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        with self._lock:
-            self._write_locked()
-        return True
-
-    def shutdown(self) -> None:
-        self.force_flush()
-        self.exporter.shutdown()
+# --- the span file ------------------------------------------------------------------------------
 
 
 def read_spans(path: str | Path) -> list[dict[str, Any]]:
-    """The spans of a run folder's ``traces.jsonl`` (or of that file); torn lines skipped."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "traces.jsonl"
-    if not file.exists():
-        return []
-    spans = []
-    for line in file.read_text(encoding="utf-8").splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
-            spans.append(json.loads(line))
-    return spans
+    """The spans of a run folder's ``traces.jsonl``, of that file, or of a folder of OTLP JSON
+    files, each as a flat dict (see :mod:`parley.observability.otlp_json`); torn lines skipped,
+    older run folders' lines (one flat span each) read as they are."""
+    from parley.observability.otlp_json import read_trace_set
+
+    return read_trace_set(path)
 
 
 # --- OTLP through the standard variables ---------------------------------------------------------
@@ -404,9 +232,8 @@ class Tracing:
         sampler = EpisodeSampler(sample) if sample < 1.0 else None
         self.provider = TracerProvider(resource=resource, sampler=sampler)
         if run_dir is not None:
-            self.provider.add_span_processor(
-                JsonlSpanWriter(JsonlSpanExporter(Path(run_dir) / "traces.jsonl"))
-            )
+            # OTLP JSON lines, encoded and written by a thread of its own (otlp_json.py).
+            self.provider.add_span_processor(OtlpJsonSpanWriter(Path(run_dir) / "traces.jsonl"))
         otlp = _otlp_exporter()
         if otlp is not None:
             self.provider.add_span_processor(BatchSpanProcessor(otlp, max_queue_size=65536))

@@ -1,0 +1,155 @@
+"""What full tracing costs per model request: process CPU time, traced against untraced.
+
+Plays the same model-played COMMA wire run (both roles played by models on the stand-in
+server, which answers at once: the run is bound by the runtime's CPU) with tracing off and
+on, interleaved (off, on, off, on …) so a machine loaded by something else weighs on both
+alike. CPU is this process's CPU time (``time.process_time``: every thread, the span writer's
+included; the server is another process and not counted), divided by the model requests the
+run made. Wall time is printed but says little on a shared machine.
+
+    python benchmarks/tracing_cost.py                          # 300 episodes, 4 rounds
+    python benchmarks/tracing_cost.py --episodes 600 --rounds 6 --content --messages
+
+Writes benchmarks/results/tracing_cost.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
+from parley.runtime.config import load_config  # noqa: E402
+from parley.runtime.scheduler import run_experiment  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def sim_config() -> dict[str, Any]:
+    models = yaml.safe_load((ROOT / "configs" / "sim.yaml").read_text())["models"]
+    return {
+        "latency": {"ttft_s": 0.0, "tokens_per_s": 0, "max_seqs": 100_000},
+        "models": {"sim-solver": models["sim-solver"], "sim-expert": models["sim-expert"]},
+    }
+
+
+def run_config(url: str, episodes: int, concurrency: int, tracing: dict[str, Any]) -> Any:
+    common = {"base_url": url, "images": False, "timeout_s": 60}
+    return load_config(
+        {
+            "name": "bench-tracing",
+            "concurrency": concurrency,
+            "workers": 1,
+            "tracing": tracing,
+            "models": {
+                "solver": {"model": "sim-solver", **common},
+                "expert": {"model": "sim-expert", **common},
+            },
+            "games": [
+                {
+                    "game": "comma.wire",
+                    "seeds": {"start": 0, "count": episodes},
+                    "pairings": [{"solver": "solver", "expert": "expert"}],
+                    "settings": {"max_turns": 4, "variant": "text"},
+                }
+            ],
+        }
+    )
+
+
+async def one_run(url: str, args: argparse.Namespace, tracing: dict[str, Any]) -> dict[str, Any]:
+    config = run_config(url, args.episodes, args.concurrency, tracing)
+    with tempfile.TemporaryDirectory(prefix="parley-tracing-cost-") as folder:
+        gc.collect()
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        outcome = await run_experiment(config, Path(folder))
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        requests = sum(
+            int(stats.get("requests") or 0)
+            for record in outcome.records
+            for stats in (record.get("model_calls") or {}).values()
+        )
+        traces = Path(folder) / "traces.jsonl"
+        size = traces.stat().st_size if traces.exists() else 0
+    return {"cpu_s": cpu, "wall_s": wall, "requests": requests, "trace_bytes": size}
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    modes: dict[str, dict[str, Any]] = {"off": {"enabled": False}}
+    modes["on"] = {"enabled": True, "content": args.content, "messages": args.messages}
+    rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    with SimServerProcess(sim_config()) as server:
+        await one_run(server.openai_url, args, modes["on"])  # warm-up: imports, first sockets
+        for r in range(args.rounds):
+            order = list(modes) if r % 2 == 0 else list(reversed(modes))
+            for mode in order:
+                got = await one_run(server.openai_url, args, modes[mode])
+                got["us_per_request"] = 1e6 * got["cpu_s"] / max(1, got["requests"])
+                rows[mode].append(got)
+                print(
+                    f"round {r + 1} {mode:>3}: {got['requests']} requests, "
+                    f"{got['us_per_request']:.0f} µs CPU/request, wall {got['wall_s']:.1f} s",
+                    flush=True,
+                )
+    summary = {}
+    for mode, runs in rows.items():
+        per = [x["us_per_request"] for x in runs]
+        summary[mode] = {"median_us": statistics.median(per), "min_us": min(per), "runs": per}
+    ratios = [
+        on["us_per_request"] / off["us_per_request"] for on, off in zip(rows["on"], rows["off"])
+    ]
+    summary["ratio"] = {
+        "median": statistics.median(ratios),
+        "min": min(ratios),
+        "max": max(ratios),
+        "of_medians": summary["on"]["median_us"] / summary["off"]["median_us"],
+    }
+    return {"rows": rows, "summary": summary}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=300)
+    parser.add_argument("--concurrency", type=int, default=200, help="episodes at once")
+    parser.add_argument("--rounds", type=int, default=4, help="off/on pairs, interleaved")
+    parser.add_argument("--content", action="store_true", help="record message content too")
+    parser.add_argument("--messages", action="store_true", help="bus publish/receive spans too")
+    args = parser.parse_args()
+    result = asyncio.run(main_async(args))
+    s = result["summary"]
+    print()
+    print("| tracing | CPU µs/request (median) | min |")
+    print("|---|---|---|")
+    for mode in ("off", "on"):
+        print(f"| {mode} | {s[mode]['median_us']:.0f} | {s[mode]['min_us']:.0f} |")
+    r = s["ratio"]
+    print(
+        f"traced/untraced: median of pairs {r['median']:.3f} (range {r['min']:.3f}–{r['max']:.3f}), "
+        f"of medians {r['of_medians']:.3f}"
+    )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = {
+        "args": vars(args),
+        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        **result,
+    }
+    (RESULTS / "tracing_cost.json").write_text(json.dumps(out, indent=2))
+    print(f"wrote {RESULTS / 'tracing_cost.json'}")
+
+
+if __name__ == "__main__":
+    main()
