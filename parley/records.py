@@ -23,27 +23,69 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-# The shape of an ``episodes.jsonl`` record. 1 (no ``schema`` key): the main score was
-# ``scores["main"]`` and there was no reason code; 2: ``main_score``, ``reason_code`` and
-# ``role_results`` beside ``scores``. Readers upgrade older records (:func:`upgrade`).
-RECORD_SCHEMA = 2
+# The shape of what a run folder holds: every ``episodes.jsonl`` record carries it as
+# ``schema_version``, and ``run.json`` as ``schema_version`` too. 1 (no version key): the main
+# score was ``scores["main"]`` and there was no reason code; 2: ``main_score``, ``reason_code``
+# and ``role_results`` beside ``scores``. Readers upgrade older records (:func:`upgrade`) and
+# refuse newer ones (:class:`NewerSchema`). Bump it whenever a reader could misread a new
+# record; transcript lines are bus messages, versioned by the bus codec's ``v``.
+SCHEMA_VERSION = 2
+RECORD_SCHEMA = SCHEMA_VERSION  # its name before records carried ``schema_version``
 # Outcomes of an episode that is done with: a resumed run skips them.
 FINISHED = ("success", "lost", "aborted", "error")
 
 
+class NewerSchema(Exception):
+    """A run folder written by a newer parley than this one: reading it could misread it."""
+
+    def __init__(self, folder: str | Path, version: int) -> None:
+        self.folder = str(folder)
+        self.version = version
+        super().__init__(
+            f"run folder {folder} was written by schema {version}; this parley reads up to "
+            f"{SCHEMA_VERSION}: upgrade parley"
+        )
+
+
+def schema_of(data: dict[str, Any]) -> int:
+    """The schema a record (or ``run.json``) was written in: ``schema_version``, or ``schema``
+    as records of parley 0.1 name it, or 1 when neither is there."""
+    value = data.get("schema_version", data.get("schema", 1))
+    return value if isinstance(value, int) else 1
+
+
+def check_schema(data: dict[str, Any], folder: str | Path) -> None:
+    """Raise :class:`NewerSchema` when ``data`` was written by a newer parley."""
+    version = schema_of(data)
+    if version > SCHEMA_VERSION:
+        raise NewerSchema(folder, version)
+
+
+def check_folder(path: str | Path) -> None:
+    """Raise :class:`NewerSchema` when the run folder ``path`` (its ``run.json``) was written
+    by a newer parley; an older folder, or one without a readable ``run.json``, passes."""
+    try:
+        meta = json.loads((Path(path) / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    if isinstance(meta, dict):
+        check_schema(meta, path)
+
+
 def upgrade(record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` in the current shape (:data:`RECORD_SCHEMA`), so that reports read runs
-    recorded before it: a record without ``schema`` (1) had its main score as
+    """``record`` in the current shape (:data:`SCHEMA_VERSION`), so that reports read runs
+    recorded before it: a record without a version (1) had its main score as
     ``scores["main"]`` and no reason code or per-role results. Modifies and returns ``record``.
     """
-    if record.get("schema", 1) >= RECORD_SCHEMA:
+    if schema_of(record) >= SCHEMA_VERSION:
+        record.setdefault("schema_version", schema_of(record))
         return record
     scores = dict(record.get("scores") or {})
     record["main_score"] = scores.pop("main", None)
     record["scores"] = scores
     record.setdefault("reason_code", _old_reason_code(record))
     record.setdefault("role_results", {})
-    record["schema"] = RECORD_SCHEMA
+    record["schema"] = record["schema_version"] = SCHEMA_VERSION
     return record
 
 
@@ -60,7 +102,7 @@ def _old_reason_code(record: dict[str, Any]) -> str | None:
 
 def main_score(record: dict[str, Any]) -> float | None:
     """The declared main score of a record, of any schema."""
-    if record.get("schema", 1) >= 2:
+    if schema_of(record) >= 2:
         return record.get("main_score")
     return (record.get("scores") or {}).get("main")
 
@@ -68,10 +110,12 @@ def main_score(record: dict[str, Any]) -> float | None:
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """The records of ``episodes.jsonl`` (``path``: the run folder or the file), upgraded to
     the current shape; a torn last line (a crash mid-write) is skipped, and of several records
-    of one episode the last wins."""
+    of one episode the last wins (``--retry-errors`` appends a second one). Raises
+    :class:`NewerSchema` for a folder or record written by a newer parley."""
     file = Path(path)
     if file.is_dir():
         file = file / "episodes.jsonl"
+    check_folder(file.parent)
     if not file.exists():
         return []
     latest: dict[str, dict[str, Any]] = {}
@@ -82,6 +126,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        check_schema(record, file.parent)
         latest[record["episode"]] = record
     return [upgrade(record) for record in latest.values()]
 

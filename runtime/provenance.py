@@ -1,0 +1,294 @@
+"""What produced a run, for its ``run.json``: parley's version and git commit, Python, the
+platform, key package versions, the resolved generation parameters of each model, and what each
+model endpoint says it serves (``GET /v1/models``; vLLM's ``GET /version``).
+
+Everything here is best effort: a missing ``git``, an unknown package or an endpoint that does
+not answer is recorded as ``None`` or as the error's text, never a reason to stop a run. The
+endpoints are asked in the background once the run's model pool is open, with a short
+timeout, and their answers are added to ``run.json`` as the run ends
+(:func:`endpoints_recorded`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import platform
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterable, Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from parley.records import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from parley.agents.backends.spec import ModelSpec
+    from parley.runtime.config import ExperimentConfig
+    from parley.runtime.experiment import EpisodeSpec
+    from parley.runtime.results import RunFolder
+
+# The distributions whose versions can change what a run records or how it talks to servers.
+PACKAGES = (
+    "pydantic",
+    "openai",
+    "anthropic",
+    "aiohttp",
+    "httpx2",
+    "aiomqtt",
+    "paho-mqtt",
+    "opentelemetry-api",
+    "opentelemetry-sdk",
+    "pillow",
+    "numpy",
+    "scipy",
+    "networkx",
+    "chess",
+    "pandas",
+    "pyarrow",
+    "uvloop",
+)
+GIT_TIMEOUT_S = 2.0
+# Per endpoint request; the whole probe is bounded by this too (requests go out at once).
+ENDPOINT_TIMEOUT_S = 3.0
+
+
+def parley_version() -> str:
+    """The installed distribution's version (``0+unknown`` in a never-installed checkout)."""
+    try:
+        return metadata.version("parley")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args],
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):  # no git, or it hung
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def git_state(root: Path | None = None) -> dict[str, Any] | None:
+    """``{"commit", "dirty"}`` of the checkout parley runs from, or None when parley is not
+    run from one (an installed wheel) or git cannot tell. Only parley's own checkout counts:
+    a site-packages folder inside some other repository is not parley's commit."""
+    if root is None:
+        import parley
+
+        root = Path(parley.__file__).resolve().parent.parent
+    if not (root / ".git").exists():
+        return None
+    commit = _git(root, "rev-parse", "HEAD")
+    if commit is None:
+        return None
+    status = _git(root, "status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit.strip(), "dirty": None if status is None else bool(status.strip())}
+
+
+def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str | None]:
+    """Installed version per distribution name (None: not installed)."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def environment() -> dict[str, Any]:
+    """What runs this process: parley, its commit, Python, the platform, key packages."""
+    return {
+        "parley": parley_version(),
+        "git": git_state(),
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "packages": package_versions(),
+    }
+
+
+def generation(config: ExperimentConfig) -> dict[str, Any]:
+    """Per model the config's pairings play with: its backend, served name and the generation
+    parameters its players use, resolved (the entry's ``params`` merged with a pairing's
+    overrides; a list when pairings resolve to several)."""
+    from parley.runtime.experiment import _pairings
+
+    resolved: dict[str, list[dict[str, Any]]] = {}
+    for block in config.games:
+        for pairing in _pairings(block):
+            for player in pairing.values():
+                if player.kind != "llm" or not player.model or player.model not in config.models:
+                    continue
+                params = config.models[player.model].params.merged(player.params or {})
+                dumped = params.model_dump(mode="json")
+                seen = resolved.setdefault(player.model, [])
+                if dumped not in seen:
+                    seen.append(dumped)
+    return {
+        name: {
+            "backend": config.models[name].backend,
+            "model": config.models[name].model,
+            "params": params[0] if len(params) == 1 else params,
+        }
+        for name, params in sorted(resolved.items())
+    }
+
+
+def describe(config: ExperimentConfig) -> dict[str, Any]:
+    """The ``provenance`` of ``run.json`` (the endpoints' answers are added as the run ends)."""
+    return {**environment(), "generation": generation(config)}
+
+
+def _root(url: str) -> str:
+    """The server root of an OpenAI-style base URL (``…/v1`` dropped): where ``/version`` is."""
+    url = url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+async def _get_json(session: Any, url: str, headers: dict[str, str]) -> tuple[Any, str | None]:
+    """(the JSON answer, None) or (None, why not), never raising."""
+    try:
+        async with session.get(url, headers=headers) as response:
+            if response.status != 200:
+                return None, f"HTTP {response.status}"
+            return await response.json(content_type=None), None
+    except asyncio.CancelledError:
+        raise
+    except TimeoutError:
+        return None, f"no answer within {ENDPOINT_TIMEOUT_S:g} s"
+    except Exception as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
+async def probe_endpoint(
+    session: Any, spec: ModelSpec, url: str, key: str | None
+) -> dict[str, Any]:
+    """What one endpoint of ``spec`` says: the model ids it serves (or the error) and the vLLM
+    version when it answers ``/version``."""
+    from parley.runtime.config import masked_url
+
+    headers = {k: v for k, v in spec.headers.items()}
+    if spec.backend == "anthropic":
+        models_url = f"{url.rstrip('/')}/v1/models"
+        if key:
+            headers["x-api-key"] = key
+        headers.setdefault("anthropic-version", "2023-06-01")
+    else:
+        models_url = f"{url.rstrip('/')}/models"
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+    models, error = await _get_json(session, models_url, headers)
+    entry: dict[str, Any] = {"url": masked_url(url)}
+    if error is None and isinstance(models, dict) and isinstance(models.get("data"), list):
+        entry["models"] = [m.get("id") for m in models["data"] if isinstance(m, dict)]
+        # vLLM says which weights back a served name (``root``) and its context size.
+        extra = {
+            m.get("id"): {k: m[k] for k in ("root", "parent", "max_model_len") if m.get(k)}
+            for m in models["data"]
+            if isinstance(m, dict)
+        }
+        if any(extra.values()):
+            entry["served"] = {k: v for k, v in extra.items() if v}
+    else:
+        entry["error"] = error or "an answer without a model list"
+    version, _ = (
+        await _get_json(session, f"{_root(url)}/version", headers)
+        if spec.backend == "openai"
+        else (None, None)
+    )
+    entry["version"] = version.get("version") if isinstance(version, dict) else None
+    return entry
+
+
+async def probe_endpoints(
+    models: Mapping[str, ModelSpec],
+    names: Iterable[str],
+    urls: Mapping[str, list[str]] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, list[dict[str, Any]]]:
+    """Per model of ``names``: :func:`probe_endpoint` for each of its base URLs (the config's
+    and ``urls``, e.g. launched servers'). Never raises; bounded by ``ENDPOINT_TIMEOUT_S``."""
+    import aiohttp
+
+    from parley.agents.backends.client import api_key
+
+    answers: dict[str, list[dict[str, Any]]] = {}
+    timeout = aiohttp.ClientTimeout(total=ENDPOINT_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        jobs: list[tuple[str, asyncio.Task[dict[str, Any]]]] = []
+        for name in sorted(set(names)):
+            spec = models.get(name)
+            if spec is None:
+                continue
+            try:
+                key = api_key(spec, environ)
+            except Exception:  # unset: the request goes without one and the answer says so
+                key = None
+            targets = list(dict.fromkeys([*spec.base_urls, *(urls or {}).get(name, [])]))
+            if not targets:
+                answers[name] = [{"url": None, "error": "no base URL"}]
+            for url in targets:
+                jobs.append((name, asyncio.create_task(probe_endpoint(session, spec, url, key))))
+        for name, job in jobs:
+            answers.setdefault(name, []).append(await job)
+    return answers
+
+
+@contextlib.asynccontextmanager
+async def endpoints_recorded(
+    folder: RunFolder, pool: Any, specs: Iterable[EpisodeSpec]
+) -> AsyncIterator[None]:
+    """Ask the endpoints of the models ``specs`` play with what they serve, in the background
+    while the run goes on; on exit add the answers to ``run.json`` as ``endpoints``. A probe
+    still waiting then is given at most ``ENDPOINT_TIMEOUT_S`` more, so the run is never held
+    longer than that; a probe that fails records why."""
+    from parley.runtime.launch import models_used
+
+    names = models_used(specs)
+    if not names:
+        yield
+        return
+    task = asyncio.create_task(
+        probe_endpoints(pool.specs, names, getattr(pool, "urls", None), pool.environ),
+        name="provenance-endpoints",
+    )
+    try:
+        yield
+    finally:
+        try:
+            answers: Any = await asyncio.wait_for(task, ENDPOINT_TIMEOUT_S + 1)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # recorded, never a reason to fail the run
+            answers = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+        with contextlib.suppress(OSError, ValueError):
+            folder.note(endpoints=answers)
+
+
+def stamp(meta: dict[str, Any], config: ExperimentConfig) -> dict[str, Any]:
+    """``meta`` (a run's ``run.json``) with this schema version and this process's
+    provenance. A resumed run keeps what produced its earlier part: an earlier provenance that
+    differs (another parley, commit, package or parameters) moves to ``provenance_history``."""
+    current = describe(config)
+    earlier = meta.get("provenance")
+    if isinstance(earlier, dict) and _differs(earlier, current):
+        meta.setdefault("provenance_history", []).append(earlier)
+    meta["schema_version"] = SCHEMA_VERSION
+    meta["provenance"] = current
+    return meta
+
+
+def _differs(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    keys = ("parley", "git", "python", "packages", "generation")
+    return any(a.get(k) != b.get(k) for k in keys)
