@@ -28,8 +28,8 @@ BCA_MAX = 5000
 T = TypeVar("T")
 
 INTERVALS_NOTE = (
-    "Rates and mean scores carry a 95 % interval in brackets: Wilson for shares of episodes, "
-    "a seeded bootstrap (BCa) for means."
+    "Rates and mean scores carry a 95 % interval in brackets: Wilson for shares, a seeded "
+    "bootstrap (BCa) for means; a mean of a single value has none."
 )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.runtime.report import markdown_table
+from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
 TYPES = ("df", "rf")
 LABELS = ("easy", "hard")
@@ -85,10 +86,6 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _f(value: float | None, digits: int = 2) -> str:
-    return "–" if value is None else f"{value:.{digits}f}"
-
-
 def _by_question(rows: list[dict[str, Any]]) -> dict[str, dict[tuple[str, str], dict[str, Any]]]:
     """player → (game, question id) → the row (repeats averaged)."""
     grouped: dict[str, dict[tuple[str, str], list[dict[str, Any]]]] = defaultdict(
@@ -127,11 +124,11 @@ def overall_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]]) 
                         kind.upper(),
                         label,
                         str(len(sel)),
-                        _f(100 * _mean([float(r["parsed"]) for r in sel]), 1),  # type: ignore[operator]
-                        _f(_mean([r["success_loose"] for r in sel])),
-                        _f(_mean([r["success_strict"] for r in sel])),
-                        _f(_mean([r["reasoning"] for r in sel])),
-                        _f(_mean([r["weighted"] for r in sel])),
+                        rate_cell(sum(bool(r["parsed"]) for r in sel), len(sel)),
+                        mean_cell([r["success_loose"] for r in sel]),
+                        mean_cell([r["success_strict"] for r in sel]),
+                        mean_cell([r["reasoning"] for r in sel]),
+                        mean_cell([r["weighted"] for r in sel]),
                     ]
                 )
     return markdown_table(header, body)
@@ -139,33 +136,42 @@ def overall_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]]) 
 
 def per_game(
     per_player: dict[str, dict[tuple[str, str], dict[str, Any]]], metric: str
-) -> dict[str, dict[str, dict[str, float | None]]]:
-    """player → game → "df-easy"… → mean of ``metric`` (``paper`` for the paper's success)."""
-    out: dict[str, dict[str, dict[str, float | None]]] = {}
+) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """player → game → "df-easy"… → the per-question values of ``metric`` (``paper`` for the
+    paper's success)."""
+    out: dict[str, dict[str, dict[str, list[float]]]] = {}
     for player, questions in per_player.items():
         cells: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         for (game, _), r in questions.items():
             value = paper_success(r) if metric == "paper" else float(r[metric])
             cells[game][f"{r['kind']}-{r['label']}"].append(value)
-        out[player] = {g: {k: _mean(v) for k, v in c.items()} for g, c in cells.items()}
+        out[player] = {g: dict(c) for g, c in cells.items()}
     return out
 
 
 def game_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]]) -> str:
+    """One row per game and player: success and reasoning accuracy per type and difficulty,
+    each a mean over the questions with its bootstrap interval."""
     success = per_game(per_player, "paper")
     reasoning = per_game(per_player, "reasoning")
-    players = sorted(per_player)
     games = sorted({g for p in success.values() for g in p})
-    keys = [f"{k}-{d}" for k in TYPES for d in LABELS]
-    header = ["game", *players]
+    keys = [(k, d) for k in TYPES for d in LABELS]
+    header = ["game", "player"]
+    for kind, label in keys:
+        header += [f"{kind.upper()} {label} success", f"{kind.upper()} {label} reasoning"]
     body = []
     for game in games:
-        cells = []
-        for p in players:
-            s = success[p].get(game, {})
-            r = reasoning[p].get(game, {})
-            cells.append(" / ".join(f"{_f(s.get(k))} ({_f(r.get(k))})" for k in keys))
-        body.append([game, *cells])
+        for p in sorted(per_player):
+            if game not in success[p]:
+                continue
+            row = [game, p]
+            for kind, label in keys:
+                key = f"{kind}-{label}"
+                row += [
+                    mean_cell(success[p][game].get(key, [])),
+                    mean_cell(reasoning[p][game].get(key, [])),
+                ]
+            body.append(row)
     return markdown_table(header, body)
 
 
@@ -191,9 +197,9 @@ def pairwise_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]],
             if not both:
                 row.append("–")
                 continue
-            sa = _mean([paper_success(per_player[a][k]) for k in both])
-            sb = _mean([paper_success(per_player[b][k]) for k in both])
-            row.append(f"{_f(sa)} \\| {_f(sb)} (n={len(both)})")
+            sa = mean_cell([paper_success(per_player[a][k]) for k in both])
+            sb = mean_cell([paper_success(per_player[b][k]) for k in both])
+            row.append(f"{sa} \\| {sb} (n={len(both)})")
         row.append("*")
         body.append(row)
     body.append(["EASY", *("*" for _ in players), "*"])
@@ -209,7 +215,10 @@ def plot_per_game(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    success = per_game(per_player, "paper")
+    success = {
+        player: {g: {k: _mean(v) for k, v in cells.items()} for g, cells in by_game.items()}
+        for player, by_game in per_game(per_player, "paper").items()
+    }
     games = sorted({g for p in success.values() for g in p})
     if not games:
         return None
@@ -260,14 +269,14 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
     per_player = _by_question(rows)
     parts += [
         "Success and reasoning accuracy per player, type and difficulty (answered % = replies "
-        "that parsed; unparsed answers score 0).",
+        "that parsed; unparsed answers score 0). " + INTERVALS_NOTE,
         "",
         overall_table(per_player),
         "",
         "### Per game",
         "",
-        "Success (paper's: DF loose, RF strict) with reasoning accuracy in brackets, as "
-        "DF easy / DF hard / RF easy / RF hard.",
+        "Success (paper's: DF loose, RF strict) and reasoning accuracy, mean over the game's "
+        "questions with its 95 % interval.",
         "",
         game_table(per_player),
         "",
