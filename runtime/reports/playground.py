@@ -25,6 +25,7 @@ from parley.environments.playground.ratings import (
     stars_text,
 )
 from parley.records import main_score
+from parley.runtime.reports.intervals import INTERVALS_NOTE, cell, grouped_interval, mean_cell
 
 TITLES = {
     "tictactoe": "TicTacToe",
@@ -68,6 +69,16 @@ def _mean(values: list[float]) -> float | None:
 def collect(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
     """``{task: {row: {game: mean}}}``; E2E also under ``e2e_main`` (main / 100, for the
     aggregate). Episodes that errored or were cancelled are left out."""
+    out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
+    for task, rows in collect_values(records).items():
+        for label, games in rows.items():
+            for game, values in games.items():
+                out[task][label][game] = sum(values) / len(values)
+    return out
+
+
+def collect_values(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """``{task: {row: {game: [value per episode]}}}``, the values :func:`collect` averages."""
     sums: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for record in records:
         where = _split(record.get("game", ""))
@@ -82,12 +93,11 @@ def collect(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, floa
         main = main_score(record)
         if task == "e2e" and main is not None:
             sums[("e2e_main", label, game)].append(float(main) / 100.0)
-    out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
-    for (task, label, game), values in sums.items():
-        mean = _mean(values)
-        if mean is not None:
-            out[task][label][game] = mean
-    return out
+    values: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(dict))
+    for (task, label, game), found in sums.items():
+        if found:
+            values[task][label][game] = found
+    return values
 
 
 def _ordered_rows(rows: dict[str, dict[str, float]]) -> list[str]:
@@ -112,6 +122,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 def report(records: list[dict[str, Any]], run_dir: Path) -> str:
     data = collect(records)
+    values = collect_values(records)
     parts = ["## LVLM-Playground", ""]
     if not data:
         return "\n".join([*parts, "No playground episodes."])
@@ -123,7 +134,7 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
     parts.append(
         "Episodes: " + ", ".join(f"{TASK_NAMES[t]} {counts[t]}" for t, *_ in TABLES if counts[t])
     )
-    parts.append("")
+    parts += ["", INTERVALS_NOTE + " The ↓ mark compares the means.", ""]
     header = ["player", *(TITLES[g] for g in GAMES)]
     for task, title, _, digits in TABLES:
         rows = data.get(task)
@@ -142,7 +153,7 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
                 floor = baseline.get(game)
                 if not label.startswith("random") and floor is not None and value < floor:
                     mark = " ↓"
-                cells.append(f"{value:.{digits}f}{mark}")
+                cells.append(mean_cell(values[task][label][game], digits) + mark)
             body.append([label, *cells])
         parts += [f"### {title}", "", _table(header, body), ""]
     # The star-weighted aggregate per task (E2E on the normalised main score).
@@ -151,9 +162,16 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
     for label in _ordered_rows({label: {} for label in labels}):
         cells = []
         for task, *_ in TABLES:
-            scores = data.get("e2e_main" if task == "e2e" else task, {}).get(label, {})
-            value = aggregate(task, scores) if scores else None
-            cells.append("–" if value is None else f"{value:.3f}")
+            per_game = values.get("e2e_main" if task == "e2e" else task, {}).get(label, {})
+            games = [g for g in GAMES if g in per_game]
+            # The star-weighted mean of the game means; the bootstrap resamples within games.
+            interval = grouped_interval(
+                [per_game[g] for g in games],
+                lambda groups, task=task, games=games: aggregate(
+                    task, {g: sum(v) / len(v) for g, v in zip(games, groups, strict=True)}
+                ),
+            )
+            cells.append(cell(interval, 3))
         body.append([label, *cells])
     parts += [
         "### Star-weighted aggregate per task",
