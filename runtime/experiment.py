@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -305,6 +306,14 @@ def _text_variant(
         ) from None
 
 
+def _constrained(player: PlayerSpec, mode: str | None) -> PlayerSpec:
+    """A model player with its game block's ``constrain`` (a pairing's own ``params``
+    win); the episode id changes only when a block sets it."""
+    if mode is None or player.kind != "llm" or "constrain" in player.params:
+        return player
+    return player.model_copy(update={"params": {**player.params, "constrain": mode}})
+
+
 def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
     """Every episode the config asks for, in a stable order; raises :class:`ConfigError`."""
     problems: list[tuple[str, Any, str]] = []
@@ -325,7 +334,7 @@ def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
         else:
             instances = [(seed, None) for seed in block.seed_list()]
         for j, players in enumerate(pairings):
-            ordered = {role: players[role] for role in info.roles}
+            ordered = {role: _constrained(players[role], block.constrain) for role in info.roles}
             try:
                 settings = _text_variant(info, block, ordered, config, instances)
             except _NeedsImages as exc:
@@ -354,3 +363,45 @@ def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
             [("games", dup, "each episode once: two game blocks ask for the same episode")]
         )
     return specs
+
+
+def _unit(*parts: object) -> float:
+    """A number in [0, 1) fixed by ``parts`` (a hash, so the same on every machine and run)."""
+    digest = hashlib.sha256(json.dumps(parts, default=str).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+def play_order(specs: Sequence[EpisodeSpec]) -> list[EpisodeSpec]:
+    """``specs`` in the order to start them: games, pairings and seeds interleaved, so that
+    any prefix of a run is a fair sample of the whole (a report taken halfway is unbiased).
+
+    The strata are the (game, pairing, settings) groups. Each stratum's ``n`` episodes get the keys
+    ``(i + u) / n`` (``u`` a fixed offset of the stratum in [0, 1)), and the run plays them by
+    key: after any ``m`` episodes a stratum of share ``n/N`` has played ``m·n/N`` of them,
+    give or take one or two. Within a stratum the episodes go by repetition, then by the
+    seeds in an order fixed per game and shared by all its pairings, so the pairings of a
+    game meet the same instances at the same time (paired comparisons stay paired in any
+    prefix) and a prefix covers as many instances as it can before repeating one.
+
+    The order depends on the episode ids only (the config, not the machine or time), so a
+    resumed run plays what is left in the same order; an episode plays the same whatever its
+    place (its seed fixes it). Memory chains (:func:`memory_chains`) are formed from this order.
+    """
+    if len(specs) < 2:
+        return list(specs)
+    salt = hashlib.sha256("\n".join(sorted(s.id for s in specs)).encode()).hexdigest()
+    strata: dict[tuple[str, str, str], list[EpisodeSpec]] = {}
+    for spec in specs:
+        settings = json.dumps(spec.settings, sort_keys=True, default=str)
+        strata.setdefault((spec.game, spec.pairing_label, settings), []).append(spec)
+    keyed: list[tuple[float, float, str, EpisodeSpec]] = []
+    for (game, pairing, settings), members in strata.items():
+        members = sorted(
+            members, key=lambda s: (s.repetition, _unit(salt, game, s.seed), s.seed, s.id)
+        )
+        offset = _unit(salt, game, pairing, settings)
+        n = len(members)
+        for i, spec in enumerate(members):
+            keyed.append(((i + offset) / n, offset, spec.id, spec))
+    keyed.sort(key=lambda k: k[:3])
+    return [k[3] for k in keyed]

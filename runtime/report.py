@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.records import main_score, read_records
+from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
 # A family's own tables: the `parley.reports` entry point named after the family (parley's
 # own in pyproject.toml, a plugin's in its package), "module:function" with
@@ -65,7 +67,8 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def summary_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
-    """Per game and pairing: episodes, outcome counts, success %, mean main score, turns."""
+    """Per game and pairing: episodes, outcome counts, success % and mean main score (each
+    with its 95 % interval, runtime/reports/intervals.py), turns."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for r in records:
         groups[(r["game"], pairing_label(r))].append(r)
@@ -79,8 +82,8 @@ def summary_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[st
                 pairing,
                 str(len(group)),
                 *(str(counts[o]) for o in OUTCOMES),
-                fmt(100.0 * counts["success"] / len(group)),
-                fmt(mean([main_score(r) for r in group])),
+                rate_cell(counts["success"], len(group)),
+                mean_cell([main_score(r) for r in group], 1),
                 fmt(mean([r["turns"] for r in group])),
             ]
         )
@@ -153,11 +156,89 @@ def human_rows(
                 pairing,
                 ", ".join(f"{role}: {kind}" for role, kind in kinds.items()),
                 str(len(group)),
-                fmt(100.0 * sum(r["outcome"] == "success" for r in group) / len(group)),
-                fmt(mean([main_score(r) for r in group])),
+                rate_cell(sum(r["outcome"] == "success" for r in group), len(group)),
+                mean_cell([main_score(r) for r in group], 1),
                 fmt(mean([r["turns"] for r in group])),
                 fmt(mean(times)) if times else "–",
             ]
+        )
+    return header, rows
+
+
+# Figures that differ between episodes failing the same way (durations, "in 0.3 s"); a
+# dotted address such as 127.0.0.1 is kept (it says which server was down).
+_VARYING = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")
+REASON_CHARS = 160  # a failure's reason is grouped by (and shown as) its first this many chars
+
+
+def failure_head(record: dict[str, Any]) -> str:
+    """What an ``error`` episode's failure is grouped by: the first line of its reason
+    (which names the role, the exception type and its message), figures that vary from one
+    episode to the next masked, cut to :data:`REASON_CHARS`; else the last line of its
+    recorded exception."""
+    text = (record.get("reason") or "").strip()
+    if not text:
+        lines = [line for line in (record.get("error") or "").splitlines() if line.strip()]
+        text = lines[-1].strip() if lines else "no reason recorded"
+    head = _VARYING.sub("…", text.splitlines()[0].strip())
+    return head if len(head) <= REASON_CHARS else head[: REASON_CHARS - 1] + "…"
+
+
+def record_models(record: dict[str, Any]) -> list[str]:
+    """The models (registry names) that played in an episode, from its spec."""
+    players = (record.get("spec") or {}).get("players") or {}
+    return sorted(
+        {
+            str(p.get("model"))
+            for p in players.values()
+            if isinstance(p, dict) and p.get("kind") == "llm" and p.get("model")
+        }
+    )
+
+
+def failure_reasons(records: list[dict[str, Any]]) -> list[tuple[int, str, list[str], str]]:
+    """Why episodes ended in ``error``, most frequent first: (count, reason head, the games
+    and models of those episodes, one such episode's id)."""
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in records:
+        if r.get("outcome") == "error":
+            groups[failure_head(r)].append(r)
+    out = []
+    for head, group in groups.items():
+        where = sorted({r["game"] for r in group} | {m for r in group for m in record_models(r)})
+        out.append((len(group), head, where, str(group[0].get("episode", ""))))
+    out.sort(key=lambda row: (-row[0], row[1]))
+    return out
+
+
+def failed_models(records: list[dict[str, Any]]) -> list[str]:
+    """The models every one of whose episodes ended in ``error`` (none played): a key that
+    is not set, a server that is down, a wrong model name."""
+    outcomes: dict[str, set[str]] = defaultdict(set)
+    for r in records:
+        if r.get("outcome") == "cancelled":
+            continue
+        for model in record_models(r):
+            outcomes[model].add(str(r.get("outcome")))
+    return sorted(m for m, seen in outcomes.items() if seen == {"error"})
+
+
+def failure_rows(
+    records: list[dict[str, Any]], limit: int = 10
+) -> tuple[list[str], list[list[str]]]:
+    """The top ``limit`` failure reasons as a table: episodes, share of the errors, reason,
+    where (games and models), an example episode."""
+    reasons = failure_reasons(records)
+    total = sum(row[0] for row in reasons)
+    header = ["episodes", "% of errors", "reason", "games and models", "e.g. episode"]
+    rows = [
+        [str(n), fmt(100.0 * n / total), head.replace("|", "\\|"), ", ".join(where), example]
+        for n, head, where, example in reasons[:limit]
+    ]
+    if len(reasons) > limit:
+        rest = sum(row[0] for row in reasons[limit:])
+        rows.append(
+            [str(rest), fmt(100.0 * rest / total), f"({len(reasons) - limit} more)", "", ""]
         )
     return header, rows
 
@@ -170,9 +251,35 @@ def build_report(run_dir: str | Path) -> str:
     records = read_records(path)
     parts = [f"# Report: {path.name}", "", f"{len(records)} episodes.", ""]
     header, rows = summary_rows(records)
-    parts += ["## Outcomes by game and pairing", "", markdown_table(header, rows), ""]
+    parts += [
+        "## Outcomes by game and pairing",
+        "",
+        INTERVALS_NOTE,
+        "",
+        markdown_table(header, rows),
+        "",
+    ]
     header, rows = ending_rows(records)
     parts += ["## Endings by reason code", "", markdown_table(header, rows), ""]
+    if any(r.get("outcome") == "error" for r in records):
+        header, rows = failure_rows(records)
+        errors = sum(r.get("outcome") == "error" for r in records)
+        dead = failed_models(records)
+        parts += [
+            "## Why episodes failed",
+            "",
+            f"{errors} of {len(records)} episodes ended in `error`, grouped by reason. "
+            "`parley run CONFIG --out RUN --resume --retry-errors` plays them again once the "
+            "cause is fixed.",
+            "",
+            *(
+                [f"Every episode of {', '.join(dead)} failed: check the key, server and name.", ""]
+                if dead
+                else []
+            ),
+            markdown_table(header, rows),
+            "",
+        ]
     if any("human" in player_kinds(r).values() for r in records):
         header, rows = human_rows(records, human_turn_seconds(path, records))
         parts += [

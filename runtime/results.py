@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -18,7 +19,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -26,16 +27,27 @@ from parley.bus.codec import encode
 from parley.bus.signing import KEY_FILE, RunKey, SigningError
 from parley.event_loop import Pacer
 from parley.observability import tracing
-from parley.records import FINISHED, RecordedRun
+from parley.records import FINISHED, RecordedRun, check_schema
 from parley.records import main_score as main_score
 from parley.records import read_records as read_records
 from parley.records import upgrade as upgrade
+from parley.runtime import provenance
 from parley.runtime.config import ConfigError, ExperimentConfig, redacted
 from parley.runtime.episode import EpisodeResult
 
 log = logging.getLogger("parley.runtime.results")
 # An image part in a transcript line names its image by hash.
 _IMAGE_REF = re.compile(rb'"sha256":\s*"([0-9a-f]{64})"')
+
+
+# The advisory lock a run holds on its folder while it plays (flock: the kernel lets go of it
+# when the process ends, however it ends, so a killed run leaves no stale lock behind).
+LOCK_FILE = "run.lock"
+
+
+class RunFolderError(RuntimeError):
+    """The run folder cannot be used for this run: another process writes it, or it was made
+    by another config (``parley run`` exits 1 with the message)."""
 
 
 class RecordingFailed(RuntimeError):
@@ -82,14 +94,81 @@ class RunFolder(RecordedRun):
         self._known_images: set[str] = set()
         # The run's key (set by prepare): what the run's processes sign their results with.
         self.key: RunKey | None = None
+        self._lock: IO[str] | None = None
 
     @classmethod
     def prepare(
-        cls, path: str | Path, config: ExperimentConfig, *, resume: bool, planned: int
+        cls,
+        path: str | Path,
+        config: ExperimentConfig,
+        *,
+        resume: bool,
+        planned: int,
+        lock: bool = False,
+        same_config: bool = True,
     ) -> RunFolder:
-        """Create a fresh folder, or reopen one to resume; refuses to mix two runs."""
+        """Create a fresh folder, or reopen one to resume; refuses to mix two runs.
+
+        ``lock``: hold the folder's lock (:data:`LOCK_FILE`) until :meth:`unlock`; a folder
+        another process holds raises :class:`RunFolderError`. ``same_config``: on resume,
+        refuse (:class:`RunFolderError`) a config whose name or games differ from the one the
+        folder was made by (its ``config.yaml``)."""
         folder = cls(path)
         meta_file = folder.path / "run.json"
+        if lock:
+            try:
+                folder.path.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(
+                    [("--out", str(folder.path), f"a folder that can be created ({exc.strerror})")]
+                ) from None
+            folder.lock()
+        try:
+            return folder._prepare(config, meta_file, resume, planned, same_config)
+        except BaseException:
+            folder.unlock()
+            raise
+
+    def lock(self) -> None:
+        """Take the folder's lock, or raise :class:`RunFolderError` naming the process that
+        holds it. The lock file keeps the holder's pid, for that message only."""
+        try:
+            handle = (self.path / LOCK_FILE).open("a+", encoding="utf-8")
+        except OSError as exc:
+            raise RunFolderError(
+                f"cannot lock the run folder {self.path}: {exc.strerror or exc}"
+            ) from None
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            holder = handle.read().strip() or "?"
+            handle.close()
+            raise RunFolderError(
+                f"run folder {self.path} is in use by pid {holder}: wait for that run to end, "
+                "or use another --out"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._lock = handle
+
+    def unlock(self) -> None:
+        """Let go of the folder's lock (closing the file releases it)."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _prepare(
+        self,
+        config: ExperimentConfig,
+        meta_file: Path,
+        resume: bool,
+        planned: int,
+        same_config: bool,
+    ) -> RunFolder:
+        folder = self
         if meta_file.exists():
             if not resume:
                 raise ConfigError(
@@ -101,7 +180,10 @@ class RunFolder(RecordedRun):
                         )
                     ]
                 )
+            if same_config:
+                folder.check_config(config)
             meta = folder._read_meta(config)
+            check_schema(meta, folder.path)  # a newer parley's folder: refused, not rewritten
             folder.images.mkdir(exist_ok=True)
             folder._compact(torn_images=folder._check_images())
         else:
@@ -109,6 +191,7 @@ class RunFolder(RecordedRun):
             run_id = f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
             meta = {"run": run_id, "created": time.time(), "name": config.name}
         meta["planned"] = planned
+        provenance.stamp(meta, config)  # schema version; which parley, packages, parameters
         atomic_write(meta_file, _json_bytes(meta))
         atomic_write(
             folder.path / "config.yaml",
@@ -124,6 +207,28 @@ class RunFolder(RecordedRun):
                 [("--out", str(folder.path / KEY_FILE), f"a readable run key ({exc})")]
             ) from None
         return folder
+
+    def check_config(self, config: ExperimentConfig) -> None:
+        """Raise :class:`RunFolderError` when ``config`` asks for other episodes than the
+        config that made this folder (its ``config.yaml``): another name, other games,
+        pairings, seeds, repetitions, settings or memory. Models, concurrency and the like may
+        change between a run and its resumption. A folder without a readable ``config.yaml``
+        passes (nothing to compare)."""
+        try:
+            saved = yaml.safe_load((self.path / "config.yaml").read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError):
+            return
+        if not isinstance(saved, dict):
+            return
+        differences = config_differences(saved, redacted(config))
+        if differences:
+            shown = "; ".join(differences[:4])
+            more = f" (and {len(differences) - 4} more)" if len(differences) > 4 else ""
+            raise RunFolderError(
+                f"run folder {self.path} was made by another config: {shown}{more}. Resume "
+                "with the config and --set overrides it was made with (see its config.yaml), "
+                "use a new --out, or add --force-resume to add these episodes to it anyway"
+            )
 
     def _read_meta(self, config: ExperimentConfig) -> dict[str, Any]:
         """``run.json``; one left torn by an older version on a full disk is rebuilt from the
@@ -190,6 +295,56 @@ class RunFolder(RecordedRun):
             f.seek(int(where["offset"]))
             chunk = f.read(int(where["length"]))
         return any(m.group(1).decode() in shas for m in _IMAGE_REF.finditer(chunk))
+
+
+# What names a run's episodes, per game block: a resumed run must ask for the same ones.
+_BLOCK_FIELDS = ("game", "seeds", "instances_file", "pairings", "repetitions", "settings", "memory")
+
+
+def _seeds(value: Any) -> Any:
+    """A block's seeds as a list (``{start, count}`` expanded), to compare either form."""
+    if isinstance(value, dict) and "count" in value:
+        start = int(value.get("start", 0))
+        return list(range(start, start + int(value["count"])))
+    return value
+
+
+def _shown(value: Any) -> str:
+    consecutive = (
+        isinstance(value, list)
+        and len(value) > 3
+        and all(isinstance(v, int) for v in value)
+        and value == list(range(value[0], value[0] + len(value)))
+    )
+    if consecutive:
+        return f"{value[0]}..{value[-1]} ({len(value)} seeds)"
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """How the config ``now`` differs from ``saved`` (both as ``config.yaml`` holds them) in
+    what names the run's episodes: its name and each game block's game, seeds, pairings,
+    repetitions, settings and memory. A field the saved config lacks (written by an older
+    parley) is not compared. Each difference reads ``path: X in the folder, Y now``."""
+    out: list[str] = []
+    if saved.get("name") != now.get("name"):
+        out.append(f"name: {saved.get('name')!r} in the folder, {now.get('name')!r} now")
+    before, after = saved.get("games") or [], now.get("games") or []
+    if len(before) != len(after):
+        out.append(f"games: {len(before)} game blocks in the folder, {len(after)} now")
+    for i, (old, new) in enumerate(zip(before, after, strict=False)):
+        if not isinstance(old, dict) or not isinstance(new, dict):
+            continue
+        for key in _BLOCK_FIELDS:
+            if key not in old:
+                continue
+            a, b = old.get(key), new.get(key)
+            if key == "seeds":
+                a, b = _seeds(a), _seeds(b)
+            if a != b:
+                out.append(f"games.{i}.{key}: {_shown(a)} in the folder, {_shown(b)} now")
+    return out
 
 
 @dataclass

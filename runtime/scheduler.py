@@ -22,13 +22,14 @@ from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.memory.across import EpisodeStore, InProcessEpisodeStore, SQLiteEpisodeStore
 from parley.observability.tracing import Tracing
 from parley.records import FINISHED
+from parley.runtime import provenance
 from parley.runtime.actor import ActorHost
 from parley.runtime.config import ConfigError, ExperimentConfig
 from parley.runtime.episode import EpisodeOptions, EpisodeResult, EpisodeRunner
-from parley.runtime.experiment import EpisodeSpec, expand, memory_chains
+from parley.runtime.experiment import EpisodeSpec, expand, memory_chains, play_order
 from parley.runtime.launch import open_models
 from parley.runtime.results import RecordingFailed, ResultWriter, RunFolder
-from parley.runtime.status import StatusPublisher, model_tokens, usd_prices
+from parley.runtime.status import StatusPublisher, model_tokens, pairing_key, usd_prices
 
 if TYPE_CHECKING:
     from parley.runtime.remote import RemoteScheduler
@@ -49,19 +50,33 @@ class Progress:
     outcomes: dict[str, int] = field(default_factory=dict)
     # Tokens of the finished episodes by model: (input, output).
     model_tokens: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Outcome counts by game and pairing (:func:`parley.runtime.status.pairing_key`).
+    pairings: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Called after each count (the run's fail_on_error check, runtime/scheduler.py).
+    watch: Callable[[Progress], None] | None = None
 
     def count(
-        self, outcome: str, turns: int, tokens: dict[str, tuple[int, int]] | None = None
+        self,
+        outcome: str,
+        turns: int,
+        tokens: dict[str, tuple[int, int]] | None = None,
+        pairing: str | None = None,
     ) -> None:
-        """A finished episode, once it is on disk (``tokens``: see :func:`model_tokens`)."""
+        """A finished episode, once it is on disk (``tokens``: see :func:`model_tokens`;
+        ``pairing``: its :func:`~parley.runtime.status.pairing_key`)."""
         self.done += 1
         self.turns += turns
         for model, (used_in, used_out) in (tokens or {}).items():
             before_in, before_out = self.model_tokens.get(model, (0, 0))
             self.model_tokens[model] = (before_in + used_in, before_out + used_out)
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        if pairing is not None:
+            counts = self.pairings.setdefault(pairing, {})
+            counts[outcome] = counts.get(outcome, 0) + 1
         if outcome == "error":
             self.failed += 1
+        if self.watch is not None:
+            self.watch(self)
 
     @property
     def turns_per_s(self) -> float:
@@ -297,7 +312,10 @@ class Scheduler:
             self.stop()
             return
         self.progress.count(
-            result.outcome, result.turns, model_tokens(result.spec.players, result.tokens)
+            result.outcome,
+            result.turns,
+            model_tokens(result.spec.players, result.tokens),
+            pairing_key(result.spec.game, result.spec.pairing),
         )
         if self.on_result is not None:
             self.on_result(result)
@@ -314,6 +332,8 @@ class RunOutcome:
     loop_lag: list[dict[str, Any]] = field(default_factory=list)
     # What went wrong outside any episode (a worker process that died); the run is resumable.
     errors: list[str] = field(default_factory=list)
+    # Why the run stopped before its end on its own (fail_on_error), else None.
+    stopped_by: str | None = None
 
 
 def episode_options(config: ExperimentConfig, run_id: str) -> EpisodeOptions:
@@ -368,6 +388,32 @@ def worker_count(workers: int | str) -> int:
     return int(workers)
 
 
+# fail_on_error is judged only once this many episodes of the run have ended (a share of
+# 1 in 3 says little; 10 keeps a run with a couple of early errors going).
+FAIL_MIN_FINISHED = 10
+
+
+def error_watch(
+    threshold: float, stop: Callable[[], None], stopped: list[str]
+) -> Callable[[Progress], None]:
+    """A :attr:`Progress.watch` that stops the run (``stop``) once more than ``threshold`` of
+    its ended episodes are errors, from :data:`FAIL_MIN_FINISHED` ended episodes on; it says
+    why in ``stopped`` (cancelled episodes are not counted: they are played again)."""
+
+    def watch(progress: Progress) -> None:
+        ended = sum(n for outcome, n in progress.outcomes.items() if outcome in FINISHED)
+        errors = progress.outcomes.get("error", 0)
+        if stopped or ended < FAIL_MIN_FINISHED or errors <= threshold * ended:
+            return
+        stopped.append(
+            f"fail_on_error: {errors} of {ended} ended episodes were errors "
+            f"({100 * errors / ended:.0f}% > {100 * threshold:g}%); the run stopped"
+        )
+        stop()
+
+    return watch
+
+
 async def run_experiment(
     config: ExperimentConfig,
     out: str | Path,
@@ -377,6 +423,8 @@ async def run_experiment(
     concurrency: int | None = None,
     on_start: Callable[[Scheduler | WorkerScheduler | RemoteScheduler], None] | None = None,
     on_result: Callable[[EpisodeResult], None] | None = None,
+    retry_errors: bool = False,
+    force_resume: bool = False,
 ) -> RunOutcome:
     """Expand ``config``, play what is not finished yet, and return the run's records.
 
@@ -384,18 +432,54 @@ async def run_experiment(
     child processes (runtime/workers.py); with ``workers: remote``, by ``parley worker``
     processes over the MQTT bus (runtime/remote.py). ``on_result`` is then not called, since
     this process sees records, not results.
-    """
-    from parley.runtime.remote import RemoteScheduler
-    from parley.runtime.workers import WorkerScheduler
 
-    specs = expand(config)
-    remote = config.workers == "remote"
-    if remote and not (bus_url or config.bus).startswith("mqtt"):
+    Episodes start in :func:`~parley.runtime.experiment.play_order` (games, pairings and
+    seeds interleaved: any prefix is a fair sample). The run holds the folder's lock
+    throughout: a second run on it raises :class:`~parley.runtime.results.RunFolderError`,
+    as does ``resume`` with a config that asks for other episodes (unless ``force_resume``).
+    ``retry_errors``: on resume, the episodes recorded as ``error`` are played again (their
+    new record supersedes the old). ``fail_on_error`` in the config stops the run early
+    (:func:`error_watch`; :attr:`RunOutcome.stopped_by` says why).
+    """
+    specs = play_order(expand(config))
+    if config.workers == "remote" and not (bus_url or config.bus).startswith("mqtt"):
         raise ConfigError(
             [("bus", bus_url or config.bus, "workers: remote needs an MQTT bus: mqtt[s]://host")]
         )
-    folder = RunFolder.prepare(out, config, resume=resume, planned=len(specs))
+    folder = RunFolder.prepare(
+        out,
+        config,
+        resume=resume or force_resume,
+        planned=len(specs),
+        lock=True,
+        same_config=not force_resume,
+    )
+    try:
+        return await _run_in_folder(
+            config, folder, specs, bus_url, concurrency, on_start, on_result, retry_errors
+        )
+    finally:
+        folder.unlock()
+
+
+async def _run_in_folder(
+    config: ExperimentConfig,
+    folder: RunFolder,
+    specs: list[EpisodeSpec],
+    bus_url: str | None,
+    concurrency: int | None,
+    on_start: Callable[[Scheduler | WorkerScheduler | RemoteScheduler], None] | None,
+    on_result: Callable[[EpisodeResult], None] | None,
+    retry_errors: bool,
+) -> RunOutcome:
+    """:func:`run_experiment` once its folder is prepared and locked."""
+    from parley.runtime.remote import RemoteScheduler
+    from parley.runtime.workers import WorkerScheduler
+
+    remote = config.workers == "remote"
     finished = folder.finished_ids()
+    if retry_errors:
+        finished -= {r["episode"] for r in folder.records() if r["outcome"] == "error"}
     todo = [s for s in specs if s.id not in finished]
     run_id = folder.run_id
     url = bus_url or config.bus
@@ -449,6 +533,9 @@ async def run_experiment(
     else:
         scheduler = Scheduler(todo, the_bus, writer, options, limit, on_result)
     scheduler.progress.skipped = len(specs) - len(todo)
+    stopped: list[str] = []
+    if config.fail_on_error is not None:
+        scheduler.progress.watch = error_watch(config.fail_on_error, scheduler.stop, stopped)
     status = StatusPublisher(
         the_bus,
         scheduler,
@@ -475,6 +562,13 @@ async def run_experiment(
             stack.push_async_callback(status.stop)  # the final status, before the bus closes
             models = await stack.enter_async_context(open_models(config.models, folder.path, todo))
             options.models = models  # one pool of model clients for every episode
+            if isinstance(scheduler, Scheduler) and any(m.batch for m in config.models.values()):
+                from parley.runtime.batching import prefetch_first_turns
+
+                # batch: true models: first turns answered through batch APIs, ahead.
+                await prefetch_first_turns(todo, models, run_id, folder.path)
+            # What the endpoints serve, asked in the background, into run.json at the end.
+            await stack.enter_async_context(provenance.endpoints_recorded(folder, models, todo))
             # The final status, with the endpoints' figures: before the pool closes.
             stack.push_async_callback(status.stop)
             await scheduler.run(run_span)
@@ -505,4 +599,5 @@ async def run_experiment(
         scheduler.stopping,
         loop_lag=loop_lag,
         errors=errors,
+        stopped_by=stopped[0] if stopped else None,
     )

@@ -134,6 +134,11 @@ def model_tokens(
     return out
 
 
+def pairing_key(game: str, pairing: Mapping[str, str]) -> str:
+    """How the status names a game's pairing: ``game role=player,role=player``."""
+    return f"{game} " + ",".join(f"{role}={who}" for role, who in pairing.items())
+
+
 class StatusPublisher:
     """Publishes one process's :class:`RunStatus`, retained, every ``interval_s``.
 
@@ -245,6 +250,7 @@ class StatusPublisher:
             loop_lag_ms=lag_summary(self.probe.recent) if self.probe is not None else {},
             folder=self.folder,
             final=final,
+            pairings={k: dict(v) for k, v in getattr(p, "pairings", {}).items()},
             run_key=self._run_key(),
         )
         self.latest = status
@@ -326,40 +332,76 @@ def _duration(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
-LOG_EVERY_S = 30.0  # outside a terminal, ``parley run`` logs a status line this often
+LOG_EVERY_S = 30.0  # outside a terminal, ``parley run`` logs a status line this often (--log-every)
+# The most pairings a status line or the live table names; the rest are counted as "+k more".
+SHOWN_PAIRINGS = 12
+OUTCOME_ORDER = ("success", "lost", "aborted", "error", "cancelled")
+
+
+def _outcomes(done: Mapping[str, int]) -> str:
+    """``success 5 lost 2 error 1``: outcome counts in a fixed order (others after)."""
+    names = [o for o in OUTCOME_ORDER if done.get(o)]
+    names += sorted(o for o in done if o not in OUTCOME_ORDER and done[o])
+    return " ".join(f"{o} {done[o]}" for o in names)
 
 
 def progress_fields(status: RunStatus) -> list[str]:
-    """How far a run is, as short labelled figures (the terminal display's first row)."""
+    """How far a run is, as short labelled figures (the terminal display's first row):
+    episodes done of planned, running, by outcome, failed, skipped, elapsed time."""
     fields = [
         f"done {status.finished + status.skipped}/{status.planned}",
         f"running {status.running}",
-        f"failed {status.failed}",
     ]
+    if status.done:
+        fields.append(_outcomes(status.done))
+    fields.append(f"failed {status.failed}")
     if status.skipped:
         fields.append(f"skipped {status.skipped}")
     if status.paused:
         fields.append("PAUSED")
+    fields.append(f"elapsed {_duration(max(0.0, status.updated_at - status.started_at))}")
     return fields
 
 
 def rate_fields(status: RunStatus) -> list[str]:
-    """How fast it goes and what it costs: rates, ETA, tokens, cost, and the 429s of the
-    endpoint that had the most (the display's second row)."""
-    fields = [f"{status.turns_per_s:,.0f} turns/s", f"{status.requests_per_s:,.0f} req/s"]
+    """How fast it goes and what it costs: rates, ETA, tokens, cost, the endpoints' 429s and
+    retries (and the endpoint that had the most 429s) (the display's second row)."""
+    fields = [f"{status.turns_per_s:,.0f} turns/s", f"{status.requests_per_s:,.1f} req/s"]
     fields.append(f"ETA {_duration(status.eta_s)}" if status.eta_s is not None else "ETA –")
-    tokens = status.tokens.get("input", 0) + status.tokens.get("output", 0)
-    if tokens:
-        fields.append(f"{tokens:,} tokens")
+    tokens_in, tokens_out = status.tokens.get("input", 0), status.tokens.get("output", 0)
+    if tokens_in or tokens_out:
+        fields.append(f"tokens {tokens_in:,} in {tokens_out:,} out")
     if status.cost_usd is not None:
         fields.append(f"${status.cost_usd:,.4f}")
     if status.endpoints:
+        limited = sum(e.rate_limited for e in status.endpoints)
+        retries = sum(e.retries for e in status.endpoints)
+        text = f"429s {limited}, retries {retries}"
         worst = max(status.endpoints, key=lambda e: (e.rate_limited, e.errors))
-        if worst.rate_limited or worst.errors:
-            fields.append(f"429s {worst.rate_limited} at {worst.url}")
+        if worst.rate_limited and len(status.endpoints) > 1:
+            text += f" (most at {worst.url})"
+        fields.append(text)
+    return fields
+
+
+def pairing_fields(status: RunStatus, limit: int = SHOWN_PAIRINGS) -> list[str]:
+    """Success so far by game and pairing, ``game pairing 3/5 success``, the pairings with
+    the most finished episodes first (at most ``limit``, then ``+k more``)."""
+    rows = sorted(status.pairings.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    fields = []
+    for key, counts in rows[:limit]:
+        ended = sum(counts.values()) - counts.get("cancelled", 0)
+        fields.append(f"{key} {counts.get('success', 0)}/{ended} success")
+    if len(rows) > limit:
+        fields.append(f"+{len(rows) - limit} more pairings")
     return fields
 
 
 def status_line(status: RunStatus) -> str:
-    """One line for a log (``parley run`` outside a terminal prints one every ~30 s)."""
-    return f"{status.name}: " + ", ".join([*progress_fields(status), *rate_fields(status)])
+    """One line for a log (``parley run`` outside a terminal prints one every ``--log-every``
+    seconds, 30 by default): the same figures as the live table."""
+    line = f"{status.name}: " + ", ".join([*progress_fields(status), *rate_fields(status)])
+    pairings = pairing_fields(status)
+    if pairings:
+        line += " | by pairing: " + "; ".join(pairings)
+    return line
