@@ -3,8 +3,8 @@
 A *curve* is one game, pairing and memory setting (``memory: opener=notes`` or ``memory
 off``). Its episodes fall into *keys* (docs/memory.md): the episodes one agent remembers, in
 the order they were played (seed, repetition, id). The point at index ``i`` is the mean main
-score of every key's ``i``-th episode, with a 95 % confidence interval over keys (Student's
-t; none with a single key). Episodes without memory of the same game and pairing are indexed
+score of every key's ``i``-th episode, with a 95 % bootstrap interval over keys (none with a
+single key). Episodes without memory of the same game and pairing are indexed
 the same way, as one key per block of settings, so the memoryless baseline sits beside the
 curve it is compared with. Written only when some episode of the run remembers.
 """
@@ -18,25 +18,17 @@ from typing import Any
 
 from parley.memory.across import record_memory_keys
 from parley.records import main_score
+from parley.runtime.reports.intervals import mean_cell, mean_interval
 
-# Student's t, two-sided 95 %, by degrees of freedom (1–30); 1.96 beyond.
-_T95 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
-    2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
-    2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
 MAX_COLUMNS = 20
 
 
-def mean_ci(values: list[float]) -> tuple[float, float | None]:
-    """Mean and the half-width of its 95 % confidence interval (None for one value)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, None
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
-    return mean, t * sd / math.sqrt(n)
+def mean_ci(values: list[float]) -> tuple[float, float | None, float | None]:
+    """Mean and its 95 % bootstrap interval (runtime/reports/intervals.py; no interval for a
+    single value)."""
+    interval = mean_interval(values)
+    assert interval is not None, "mean_ci needs at least one value"
+    return interval.estimate, interval.low, interval.high
 
 
 def _across(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -90,10 +82,7 @@ def _bins(length: int) -> list[range]:
 
 
 def _cell(values: list[float]) -> str:
-    if not values:
-        return "–"
-    mean, half = mean_ci(values)
-    return f"{mean:.1f}" if half is None else f"{mean:.1f} ± {half:.1f}"
+    return mean_cell(values, 1)
 
 
 def _plot(data: dict[str, list[list[float]]], path: Path) -> None:
@@ -108,15 +97,15 @@ def _plot(data: dict[str, list[list[float]]], path: Path) -> None:
         for i, values in enumerate(points):
             if not values:
                 continue
-            mean, half = mean_ci(values)
+            mean, low, high = mean_ci(values)
             xs.append(i + 1)
             means.append(mean)
-            lows.append(mean - (half or 0.0))
-            highs.append(mean + (half or 0.0))
+            lows.append(mean if low is None else low)
+            highs.append(mean if high is None else high)
         (line,) = ax.plot(xs, means, marker="o", markersize=3, label=label)
         ax.fill_between(xs, lows, highs, alpha=0.2, color=line.get_color())
     ax.set_xlabel("episode index (per key, in play order)")
-    ax.set_ylabel("main score (mean, 95 % CI over keys)")
+    ax.set_ylabel("main score (mean, 95 % bootstrap interval over keys)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
@@ -151,8 +140,8 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
             "## Learning curves (memory across episodes)",
             "",
             "Main score by episode index: the i-th episode each agent played of its key "
-            "(docs/memory.md), mean ± 95 % CI over keys; `memory off` is the same game and "
-            "pairing without memory. Columns of several indices pool them.",
+            "(docs/memory.md), mean [95 % bootstrap interval] over keys; `memory off` is the same "
+            "game and pairing without memory. Columns of several indices pool them.",
             "",
             *lines,
             "",
