@@ -80,6 +80,8 @@ class OffTracer(trace.NoOpTracer):
 # agents/backends/client.py through the OpenTelemetry baggage API, so agents need not import
 # this module.
 CONVERSATION_KEY = "gen_ai.conversation.id"
+# Whether chat spans record the conversation (read by agents/backends/spans.py, the same way).
+CONTENT_KEY = "parley.content"
 
 
 def current() -> Tracing:
@@ -319,11 +321,20 @@ def extract(traceparent: str | None) -> Any:
 
 
 def parent_context(traceparent: str | None) -> Any:
-    """The context a span started now should take: the current one when a span is active
-    (e.g. the receive span around an actor's handler), else the one ``traceparent`` names."""
-    if trace.get_current_span().get_span_context().is_valid:
+    """The context a handler's span should take for a message carrying ``traceparent``.
+
+    With message spans on, the actor host opened a receive span under that traceparent and
+    made it current: the span goes under it (None: the current context). Without them, the
+    traceparent itself (the sender's span: a turn request's turn span) is the parent — not
+    whatever span happened to be current when the actor's task started (the episode's), so
+    the hierarchy is episode → turn → invoke_agent on every transport.
+    """
+    remote = extract(traceparent)
+    if remote is None:
         return None
-    return extract(traceparent)
+    if _active.get().message_spans and trace.get_current_span().get_span_context().is_valid:
+        return None
+    return remote
 
 
 def topic_template(topic: str) -> str:
@@ -372,10 +383,14 @@ def consume(
 
 
 def conversation_context(conversation_id: str) -> otel_context.Context:
-    """The current context with the conversation id as baggage, for model-call spans."""
+    """The current context with the conversation id as baggage, for model-call spans, and
+    (when the run records content) :data:`CONTENT_KEY`, so chat spans carry the messages."""
     from opentelemetry import baggage
 
-    return baggage.set_baggage(CONVERSATION_KEY, conversation_id)
+    context = baggage.set_baggage(CONVERSATION_KEY, conversation_id)
+    if _active.get().content:
+        context = baggage.set_baggage(CONTENT_KEY, "1", context)
+    return context
 
 
 # --- content (opt-in) ----------------------------------------------------------------------------
