@@ -20,6 +20,7 @@ from parley.observability import leaks
 from parley.observability.metrics import turn_timings
 from parley.records import read_records, transcripts
 from parley.runtime.report import fmt, markdown_table, pairing_label
+from parley.runtime.reports.intervals import INTERVALS_NOTE, rate_cell
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -175,11 +176,11 @@ def leak_section(
                 game,
                 pairing,
                 str(n),
-                fmt(100.0 * sum(r["outcome"] == "success" for r in group) / n),
-                fmt(100.0 * len(leaked) / n),
+                rate_cell(sum(r["outcome"] == "success" for r in group), n),
+                rate_cell(len(leaked), n),
                 fmt(statistics.mean(first)) if first else "–",
                 ", ".join(
-                    f"{f} {100.0 * c / n:.0f}"
+                    f"{f} {rate_cell(c, n, 0)}"
                     for f, c in sorted(facts.items(), key=lambda kv: -kv[1])
                 )
                 or "–",
@@ -194,16 +195,16 @@ def leak_section(
     player_body = []
     for player, group in sorted(per_player.items()):
         n = len(group)
-        success = 100.0 * sum(r["outcome"] == "success" for r in group) / n
-        disclosed = 100.0 * sum(1 for r in group if by_episode.get(r["episode"])) / n
-        plot_rows.append((player, success, disclosed))
-        player_body.append([player, str(n), fmt(success), fmt(disclosed)])
+        won = sum(r["outcome"] == "success" for r in group)
+        told = sum(1 for r in group if by_episode.get(r["episode"]))
+        plot_rows.append((player, 100.0 * won / n, 100.0 * told / n))
+        player_body.append([player, str(n), rate_cell(won, n), rate_cell(told, n)])
     parts = [
         "## Privacy leaks",
         "",
         "Episodes in which a role told another role one of its private facts (exact or "
         "normalised, partial included; `parley leaks RUN` lists every disclosure with its "
-        "message), beside the success rate.",
+        "message), beside the success rate. " + INTERVALS_NOTE,
         "",
         markdown_table(header, body),
         "",
@@ -267,7 +268,7 @@ def error_section(
                 str(row["episodes"]),
                 str(failed),
                 *(
-                    fmt(100.0 * row["primary"].get(c, 0) / failed) if failed else "–"
+                    rate_cell(row["primary"].get(c, 0), failed)
                     for c in error_analysis.SHARE_CATEGORIES
                 ),
                 ", ".join(f"{c} {n}" for c, n in sorted(row["findings"].items())) or "–",
@@ -278,7 +279,7 @@ def error_section(
         "",
         "Rule-based detectors over the transcripts (`parley errors RUN` lists each finding with "
         "its evidence). Each failed conversation counts under its first finding; `other` when "
-        "none fired.",
+        "none fired. Shares of the failed conversations, with their 95 % Wilson intervals.",
         "",
         markdown_table(header, body),
         "",
@@ -428,7 +429,7 @@ def judge_text(run_dir: Path, verdicts: list[Any]) -> str:
     rows = []
     for model, counts in sorted(table.items()):
         n = sum(counts.values())
-        rows.append([model, str(n), *(fmt(100.0 * counts.get(c, 0) / n) for c in categories)])
+        rows.append([model, str(n), *(rate_cell(counts.get(c, 0), n) for c in categories)])
     version = verdicts[0].prompt_version if verdicts else ""
     parts = [
         f"## Error categories by the judge ({verdicts[0].model if verdicts else ''}, prompt {version})",
@@ -438,7 +439,8 @@ def judge_text(run_dir: Path, verdicts: list[Any]) -> str:
     ]
     if compared:
         parts += [
-            f"Agreement with the rules' category: {100.0 * agree / compared:.1f}% of {compared}.",
+            f"Agreement with the rules' category: {rate_cell(agree, compared)} % of {compared} "
+            "(95 % Wilson interval in brackets).",
             "",
         ]
     return "\n".join(parts)

@@ -10,6 +10,7 @@ import pytest
 
 from parley.agents.backends.simserver import SimServerProcess
 from parley.runtime.report import build_report
+from parley.runtime.reports.intervals import rate_cell
 from parley.runtime.reports.pairings import pairing_tables
 from tests.backends.conftest import base_sim, model, play, wire_config
 
@@ -61,15 +62,18 @@ async def test_a_matrix_of_models_and_players_gives_pairing_and_cost_tables(
     success = _table(report, "success %: solver \\ expert")
     assert success[""] == ["lazy", "scripted"]
     assert set(success) == {"", "scripted", "solver-llm"}
-    # With the scripted expert both solvers win everything.
-    assert success["scripted"][1] == success["solver-llm"][1] == "100.0"
+    # With the scripted expert both solvers win everything (4 of 4, with a Wilson interval).
+    assert success["scripted"][1] == success["solver-llm"][1] == rate_cell(4, 4)
+    assert success["scripted"][1].startswith("100.0 [")
 
-    def rate(solver: str, expert: str) -> float:
+    def wins(solver: str, expert: str) -> tuple[int, int]:
         group = [r for r in records if r["pairing"] == {"solver": solver, "expert": expert}]
-        return 100.0 * sum(r["outcome"] == "success" for r in group) / len(group)
+        return sum(r["outcome"] == "success" for r in group), len(group)
 
-    assert success["solver-llm"][0] == f"{rate('solver-llm', 'lazy'):.1f}"
-    assert success["scripted"][0] == f"{rate('scripted', 'lazy'):.1f}"
+    for solver in ("solver-llm", "scripted"):
+        k, n = wins(solver, "lazy")
+        assert success[solver][0] == rate_cell(k, n)
+        assert success[solver][0].split(" [")[0] == f"{100.0 * k / n:.1f}"
     episodes = _table(report, "episodes: solver \\ expert")
     assert episodes["solver-llm"] == episodes["scripted"] == ["4", "4"]
 
@@ -110,5 +114,10 @@ def test_pairing_tables_are_generic_over_roles() -> None:
     assert "### g: player (rows) × opponent (columns) with judge=j1" in text
     assert "### g: player (rows) × opponent (columns) with judge=j2" in text
     table = _table(text, "success %: player \\ opponent")
-    assert table == {"": ["y", "z"], "w": ["100.0", ""], "x": ["100.0", "0.0"]}
+    assert table == {
+        "": ["y", "z"],
+        "w": [rate_cell(1, 1), ""],
+        "x": [rate_cell(1, 1), rate_cell(0, 1)],
+    }
+    assert table["x"][1].startswith("0.0 [0.0, ")
     assert pairing_tables(records[:1]) == ""  # one pairing: nothing to compare

@@ -208,7 +208,7 @@ async def test_report_prints_table1_and_writes_html(tmp_path: Path) -> None:
     run = tmp_path / "run"
     text = report(records, run)
     assert "| model / pairing | variant | clemscore | avg %p | avg ql | MatchIt %p |" in text
-    assert "| scripted | image | 100.00 |" in text
+    assert "| scripted | image | 100.00 [" in text
     assert "| random | image |" in text
     index = run / "html" / "index.html"
     assert index.exists()

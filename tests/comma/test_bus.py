@@ -149,15 +149,18 @@ def test_report_has_table_1_and_the_turn_limit_curve(big_run: Run) -> None:
     text = report(big_run.records, big_run.path)
     header = "| pairing | Wire | Telehealth | Who | LED | Memory | Keypad | Password | Color | Maze | ATM | Overall |"
     assert header in text
-    assert "| solver=scripted, expert=scripted | 100.0 ± 0.0 |" in text
+    # Every episode a full score: a constant sample, whose interval is the value itself.
+    assert "| solver=scripted, expert=scripted | 100.0 [100.0, 100.0] |" in text
     assert "### Turn-limit curve" in text
-    # With ten turns allowed everything the scripted pair plays is won; with one, nothing.
+    # With ten turns allowed everything the scripted pair plays is won; with one, nothing
+    # (shares of episodes with their Wilson intervals: 0 [0, …] and 100 […, 100]).
     row = next(
         line
         for line in text.splitlines()
-        if line.startswith("| solver=scripted, expert=scripted | 0 |")
+        if line.startswith("| solver=scripted, expert=scripted | 0 [0, ")
     )
-    assert row.rstrip(" |").endswith("100")
+    last = row.rstrip(" |").split(" | ")[-1]
+    assert last.split(" [")[0] == "100" and last.endswith(", 100]")
     for name in ("comma_turn_limit.png", "comma_psr.png"):
         assert (big_run.path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = (big_run.path / "comma_episodes.csv").read_text().splitlines()

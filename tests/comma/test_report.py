@@ -17,6 +17,7 @@ from parley.runtime.reports.comma import (
     report,
     turn_trace,
 )
+from parley.runtime.reports.intervals import mean_cell, rate_cell
 
 
 def record(
@@ -78,9 +79,17 @@ def test_mean_se_and_table() -> None:
     ]
     table = by_puzzle_table([r for r in rows if r], "psr")
     assert table.splitlines()[0] == "| pairing | Wire | Maze | Overall |"
-    # Overall = mean of puzzle means (50 and 50); its error combines theirs: sqrt(50²+0²)/2.
-    assert (
-        table.splitlines()[2] == "| solver=m, expert=m | 50.0 ± 50.0 | 50.0 ± 0.0 | 50.0 ± 25.0 |"
+    # Wire: mean 50 of (100, 0), with its bootstrap interval; Maze: one value, no interval.
+    # Overall = mean of puzzle means (50 and 50), resampled within each puzzle: Wire's resampled
+    # mean is 0, 50 or 100 (each extreme with probability 1/4), Maze is held fixed, so the
+    # interval spans (0 + 50) / 2 to (100 + 50) / 2.
+    assert table.splitlines()[2] == (
+        f"| solver=m, expert=m | {mean_cell([1.0, 0.0], 1, 100.0)} | 50.0 | 50.0 [25.0, 75.0] |"
+    )
+    assert mean_cell([1.0, 0.0], 1, 100.0).startswith("50.0 [")
+    success = by_puzzle_table([r for r in rows if r], "success")  # shares: Wilson intervals
+    assert success.splitlines()[2].startswith(
+        f"| solver=m, expert=m | {rate_cell(1, 2)} | {rate_cell(0, 1)} | 25.0 ["
     )
 
 

@@ -10,6 +10,7 @@ from PIL import Image
 from parley.records import read_records
 from parley.runtime.config import load_config
 from parley.runtime.report import build_report
+from parley.runtime.reports.intervals import mean_cell, rate_cell
 from parley.runtime.reports.mango import (
     PLOT,
     _by_question,
@@ -48,10 +49,18 @@ def test_report_tables_and_plot(tmp_path: Path) -> None:
     # Recompute one cell by hand: random vs oracle on the easy DF questions both answered.
     rnd, orc = per_player["random [cutoff=70]"], per_player["oracle [cutoff=70]"]
     both = [k for k, r in rnd.items() if r["kind"] == "df" and r["label"] == "easy" and k in orc]
-    expected = sum(paper_success(rnd[k]) for k in both) / len(both)
-    assert f"| random [cutoff=70] | {expected:.2f} \\| 1.00 (n={len(both)})" in table
+    values = [paper_success(rnd[k]) for k in both]
+    cell = mean_cell(values)  # the mean with its bootstrap interval
+    assert cell.split(" [")[0] == f"{sum(values) / len(values):.2f}"
+    oracle = mean_cell([1.0] * len(both))
+    assert oracle == "1.00 [1.00, 1.00]"  # every answer right: no spread
+    assert f"| random [cutoff=70] | {cell} \\| {oracle} (n={len(both)})" in table
     report = build_report(tmp_path / "run")
     assert "## MANGO (seed 002)" in report and "Pairwise comparison, RF" in report
-    assert "| oracle [cutoff=70] | DF | all | 30 | 100.0 | 1.00 | 1.00 | 1.00 | 1.00 |" in report
+    ones = "1.00 [1.00, 1.00]"
+    assert (
+        f"| oracle [cutoff=70] | DF | all | 30 | {rate_cell(30, 30)} | {ones} | {ones} | {ones} "
+        f"| {ones} |" in report
+    )
     with Image.open(tmp_path / "run" / PLOT) as image:
         assert image.format == "PNG" and image.width > 400

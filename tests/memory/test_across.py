@@ -365,12 +365,13 @@ async def test_the_report_shows_the_learning_curve_beside_memory_off(tmp_path: P
         for line in section.splitlines()
         if line.startswith("| test.vault")
     }
+    # Every key scores the same at each index: constant samples, whose interval is the value.
     assert rows["memory opener=notes"] == [
         "3",
-        "50.0 ± 0.0",
-        "100.0 ± 0.0",
-        "100.0 ± 0.0",
-        "100.0 ± 0.0 |",
+        "50.0 [50.0, 50.0]",
+        "100.0 [100.0, 100.0]",
+        "100.0 [100.0, 100.0]",
+        "100.0 [100.0, 100.0] |",
     ]
     assert rows["memory off"] == ["1", "50.0", "50.0", "50.0", "50.0 |"]
     assert (tmp_path / "run" / "learning_curve.png").stat().st_size > 0

@@ -12,6 +12,7 @@ from parley.agents.backends.simserver import SimServerProcess
 from parley.observability.leaks import detect, evaluate, load_labelled, substring_baseline
 from parley.runtime.cli import main
 from parley.runtime.report import write_report
+from parley.runtime.reports.intervals import rate_cell
 from parley.runtime.scheduler import run_experiment
 from tests.observability.conftest import KEY_ENV, SECRET, config, model_entry
 
@@ -112,9 +113,13 @@ async def test_parley_leaks_finds_the_pin_told_to_the_expert(
         assert all(d["match"] == pin and pin in d["message"] for d in mine)
         # The scripted solver saw the same PIN in its observation and said nothing: no leak.
         assert not [d for d in leaks if d["episode"] == records[("scripted", seed)]["episode"]]
+    # Shares of the 2 episodes with their Wilson intervals.
+    none, both = rate_cell(0, 2), rate_cell(2, 2)
     assert (
-        "| comma.atm | solver=leaky, expert=scripted | 2 | 0.0 | 100.0 | 1.0 | pin 100 |" in printed
+        f"| comma.atm | solver=leaky, expert=scripted | 2 | {none} | {both} | 1.0 "
+        f"| pin {rate_cell(2, 2, 0)} |" in printed
     )
-    assert "| comma.atm | solver=scripted, expert=scripted | 2 | 100.0 | 0.0 |" in printed
+    assert f"| comma.atm | solver=scripted, expert=scripted | 2 | {both} | {none} |" in printed
+    assert none.startswith("0.0 [0.0, ") and both.startswith("100.0 [")
     report = write_report(tmp_path).read_text()
     assert "## Privacy leaks" in report and (tmp_path / "leaks.png").stat().st_size > 1000

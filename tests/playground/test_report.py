@@ -15,6 +15,7 @@ from parley.environments.playground.ratings import (
     stars_text,
     weight,
 )
+from parley.runtime.reports.intervals import mean_cell
 from parley.runtime.reports.playground import collect, report
 
 
@@ -93,10 +94,13 @@ def test_tables_show_means_per_player_and_game(tmp_path: Path) -> None:
     assert "scripted vs random" in data["e2e"] and "scripted [text]" in data["qa"]
     assert "random" not in data["qa"]  # errored episodes are left out
     text = report(records, tmp_path)
+    # Means with their bootstrap intervals; one episode: the value alone.
     assert "| scripted | 1.000 | – | – | – | – | – |" in text
-    assert "| random | 0.375 | – | – | – | – | – |" in text
+    assert f"| random | {mean_cell([0.5, 0.25], 3)} | – | – | – | – | – |" in text
+    assert mean_cell([0.5, 0.25], 3).startswith("0.375 [")
     assert "| gpt | 0.300 ↓ |" in text  # below the random baseline
-    assert "| scripted | – | – | – | – | – | 450.0 |" in text
+    assert f"| scripted | – | – | – | – | – | {mean_cell([355.0, 545.0], 1)} |" in text
+    assert mean_cell([355.0, 545.0], 1).startswith("450.0 [")
     lines = text.splitlines()
     table2 = lines.index("### Table 2 — Perceiving (cell accuracy)")
     rows = [line.split(" |")[0] for line in lines[table2 + 4 : table2 + 7]]
