@@ -32,6 +32,7 @@ import orjson
 import yarl
 from opentelemetry import baggage, trace
 
+from parley.agents.backends import spans as genai_spans
 from parley.agents.backends.formats import (
     MAX_REPLY_CHARS,
     AnthropicStream,
@@ -47,10 +48,13 @@ from parley.agents.backends.formats import (
     prepare,
 )
 from parley.agents.backends.limiter import AdaptiveLimiter
-from parley.agents.backends.spec import GenerationParams, ModelSpec
+from parley.agents.backends.spec import PARAM_PRESETS, GenerationParams, ModelSpec
 
 if TYPE_CHECKING:
     import httpx2
+
+    from parley.agents.backends.batch import ReplyStore
+    from parley.agents.backends.constrain import Constraint
 from parley.bus.messages import PromptMessage
 
 TracerFn = Callable[[], trace.Tracer]
@@ -267,13 +271,19 @@ class Backend:
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         raise NotImplementedError
 
-    async def send(self, client: Any, body: dict[str, Any], stream: bool) -> Reply:
+    async def send(
+        self, client: Any, body: dict[str, Any], stream: bool, headers: dict[str, str] | None = None
+    ) -> Reply:
         """One request through the SDK's generic ``client.post``: the whole reply, or the
-        streamed chunks (OpenAI) or events (Anthropic) gathered by the backend's accumulator."""
+        streamed chunks (OpenAI) or events (Anthropic) gathered by the backend's accumulator;
+        ``headers`` added to the request (the chat span's traceparent)."""
+        options: Any = {"headers": headers} if headers else {}
         if not stream:
             import httpx2
 
-            response = await client.post(self.path, body=body, cast_to=httpx2.Response)
+            response = await client.post(
+                self.path, body=body, cast_to=httpx2.Response, options=options
+            )
             return _parsed(self.parse, response.content)
         start = time.monotonic()
         ttft: float | None = None
@@ -282,6 +292,7 @@ class Backend:
             self.path,
             body=body,
             cast_to=object,
+            options=options,
             stream=True,
             stream_cls=self.sdk.AsyncStream[object],
         )
@@ -332,6 +343,55 @@ def _common(messages: list[PromptMessage], spec: ModelSpec, params: GenerationPa
     return system, turns, max_tokens, notes
 
 
+_CHAT = PARAM_PRESETS["chat"]
+_SAMPLING = (("temperature", "temperature"), ("top_p", "top_p"), ("seed", "seed"))
+
+
+def _accepted_only(
+    body: dict[str, Any], spec: ModelSpec, params: GenerationParams, stop_key: str, openai: bool
+) -> dict[str, Any]:
+    """``body`` with only the generation parameters the model accepts (``ModelSpec.accepts``):
+    a reasoning model gets ``max_completion_tokens`` (and ``reasoning_effort``) and no
+    ``temperature``, ``top_p`` or ``stop``, which OpenAI's o-series and gpt-5 refuse."""
+    accepted = spec.accepted()
+    if accepted == _CHAT and params.max_completion_tokens is None:
+        return body  # the classic request, as built
+    limit = params.max_completion_tokens or body.pop("max_tokens", None)
+    body.pop("max_tokens", None)
+    for name, key in (*_SAMPLING, ("stop", stop_key)):
+        if name not in accepted:
+            body.pop(key, None)
+    if not openai or "max_completion_tokens" not in accepted:
+        # Anthropic's messages API requires max_tokens; chat servers read it.
+        body["max_tokens"] = limit
+    else:
+        body["max_completion_tokens"] = limit
+    if openai and params.reasoning_effort and "reasoning_effort" in accepted:
+        body["reasoning_effort"] = params.reasoning_effort
+    return body
+
+
+def usage_details(raw: Any) -> dict[str, int]:
+    """Token counts a response reports beyond input and output: ``reasoning`` (OpenAI's
+    ``completion_tokens_details.reasoning_tokens``, part of the output), ``cache_read`` and
+    ``cache_write`` (Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens``,
+    apart from the other input tokens). Values that are not whole numbers are ignored."""
+    usage = raw.get("usage") if isinstance(raw, dict) else None
+    if not isinstance(usage, dict):
+        return {}
+    out: dict[str, int] = {}
+    details = usage.get("completion_tokens_details")
+    found = [
+        ("reasoning", details.get("reasoning_tokens") if isinstance(details, dict) else None),
+        ("cache_read", usage.get("cache_read_input_tokens")),
+        ("cache_write", usage.get("cache_creation_input_tokens")),
+    ]
+    for key, value in found:
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**63:
+            out[key] = value
+    return out
+
+
 class OpenAIBackend(Backend):
     provider = "openai"
     path = "/chat/completions"
@@ -345,7 +405,8 @@ class OpenAIBackend(Backend):
         self, messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         system, turns, max_tokens, notes = _common(messages, spec, params)
-        return openai_body(system, turns, spec.model, params, max_tokens, spec.stream), notes
+        body = openai_body(system, turns, spec.model, params, max_tokens, spec.stream)
+        return _accepted_only(body, spec, params, "stop", openai=True), notes
 
 
 class AnthropicBackend(Backend):
@@ -363,7 +424,8 @@ class AnthropicBackend(Backend):
         system, turns, max_tokens, notes = _common(messages, spec, params)
         if params.seed is not None:
             notes["seed"] = "not supported by the Anthropic API; not sent"
-        return anthropic_body(system, turns, spec.model, params, max_tokens, spec.stream), notes
+        body = anthropic_body(system, turns, spec.model, params, max_tokens, spec.stream)
+        return _accepted_only(body, spec, params, "stop_sequences", openai=False), notes
 
 
 BACKENDS: dict[str, Backend] = {"openai": OpenAIBackend(), "anthropic": AnthropicBackend()}
@@ -390,9 +452,11 @@ class DirectTransport:
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, spec.timeout_s)),
         )
 
-    async def send(self, body: dict[str, Any], stream: bool) -> Reply:
+    async def send(
+        self, body: dict[str, Any], stream: bool, headers: dict[str, str] | None = None
+    ) -> Reply:
         start = time.monotonic()
-        async with self.session.post(self.target, data=_dumps(body)) as response:
+        async with self.session.post(self.target, data=_dumps(body), headers=headers) as response:
             if response.status >= 400:
                 text = (await response.read()).decode("utf-8", "replace").strip()
                 raise status_failure(
@@ -529,10 +593,12 @@ class Endpoint:
             "errors": self.gave_up,
         }
 
-    async def send(self, body: dict[str, Any], stream: bool) -> Reply:
+    async def send(
+        self, body: dict[str, Any], stream: bool, headers: dict[str, str] | None = None
+    ) -> Reply:
         if self.direct is not None:
-            return await self.direct.send(body, stream)
-        return await self.backend.send(self.client, body, stream)
+            return await self.direct.send(body, stream, headers)
+        return await self.backend.send(self.client, body, stream, headers)
 
     async def aclose(self) -> None:
         if self.direct is not None:
@@ -580,6 +646,8 @@ class ModelClient:
         self.unavailable = unavailable
         self._rng = random.Random()
         self._turn = 0
+        # Replies fetched ahead through a batch API (batch.py), consulted before calling.
+        self.replies: ReplyStore | None = None
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -608,12 +676,36 @@ class ModelClient:
         ceiling = min(retry.backoff_max_s, retry.backoff_s * 2 ** (attempt - 1))
         return self._rng.uniform(0.0, ceiling)  # full jitter
 
-    async def complete(self, messages: list[PromptMessage], params: GenerationParams) -> Completion:
-        """Ask the model, retrying what can be retried; raises :class:`ModelUnavailable`."""
+    def body(
+        self,
+        messages: list[PromptMessage],
+        params: GenerationParams,
+        constraint: Constraint | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The request body of a call, and notes for its record (images, max_tokens)."""
+        body, notes = self.backend.body(messages, self.spec, params)
+        if constraint is not None:
+            body = constraint.apply(body)
+        return body, notes
+
+    async def complete(
+        self,
+        messages: list[PromptMessage],
+        params: GenerationParams,
+        *,
+        constraint: Constraint | None = None,
+    ) -> Completion:
+        """Ask the model, retrying what can be retried; raises :class:`ModelUnavailable`.
+        ``constraint`` holds the reply to the turn's legal actions (constrain.py); a reply
+        the run's batch fetched for this very request (batch.py) is served without a call."""
         if self.unavailable:
             raise ModelUnavailable(f"model {self.name} is unavailable: {self.unavailable}")
         spec = self.spec
-        body, notes = self.backend.body(messages, spec, params)
+        body, notes = self.body(messages, params, constraint)
+        if self.replies is not None:
+            stored = self.replies.take(body, notes)
+            if stored is not None:
+                return stored
         calls: list[dict[str, Any]] = []
         start = time.monotonic()
         attempt = 0
@@ -674,6 +766,7 @@ class ModelClient:
                 if sent - queued > 0.0005:
                     record["queued_s"] = round(sent - queued, 4)
                 tracer = self.tracer()
+                content = False
                 if isinstance(tracer, trace.NoOpTracer):
                     # Tracing off: no span, and no attributes built for one.
                     span_context: Any = _NO_SPAN
@@ -682,11 +775,14 @@ class ModelClient:
                         "gen_ai.operation.name": "chat",
                         "gen_ai.provider.name": self.backend.provider,
                         "gen_ai.request.model": spec.model,
-                        "gen_ai.request.max_tokens": int(body.get("max_tokens") or 0),
-                        "server.address": endpoint.label,
                         "parley.model": self.name,
                         "parley.attempt": int(record["attempt"]),
+                        # Sampling parameters, max tokens, server host and port (spans.py).
+                        **genai_spans.request_attributes(body, endpoint.url),
                     }
+                    content = genai_spans.record_content()  # the conversation: opt-in only
+                    if content:
+                        attributes.update(genai_spans.content_attributes(body))
                     # The episode, set as baggage by the runtime around the agent's turn.
                     conversation = baggage.get_baggage("gen_ai.conversation.id")
                     if conversation:
@@ -702,7 +798,10 @@ class ModelClient:
                 with span_context as span:
                     try:
                         async with asyncio.timeout(spec.timeout_s):
-                            reply = await endpoint.send(body, spec.stream)
+                            # The chat span's traceparent: a tracing server joins the trace.
+                            reply = await endpoint.send(
+                                body, spec.stream, genai_spans.traceparent(span)
+                            )
                     except asyncio.CancelledError:
                         raise
                     except Exception as exc:
@@ -724,6 +823,9 @@ class ModelClient:
                         record["usage"] = {
                             "input": usage.input_tokens,
                             "output": usage.output_tokens,
+                            # Reasoning tokens (part of the output) and prompt-cache reads and
+                            # writes (apart from the input), where the response reports them.
+                            **usage_details(reply.raw),
                         }
                     if reply.finish_reason:
                         record["finish_reason"] = reply.finish_reason
@@ -741,6 +843,7 @@ class ModelClient:
                             done["gen_ai.response.finish_reasons"] = [reply.finish_reason]
                         if reply.model:
                             done["gen_ai.response.model"] = reply.model
+                        done.update(genai_spans.reply_attributes(reply, content, spec.price))
                         span.set_attributes(done)
                     endpoint.succeeded()
                     return reply

@@ -43,6 +43,9 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from parley import event_loop
+from parley.agents.backends import constrain
+from parley.agents.backends.batch_sim import SimBatchConfig, SimBatches
+from parley.agents.backends.spec import is_reasoning_name
 from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.tokens import count_tokens
 
@@ -134,6 +137,11 @@ class SimConfig(_Strict):
     api_key_env: str | None = None
     healthy: bool = True
     seed: int = 0
+    # Anthropic prompt caching: a system prompt seen before is read from the cache, a new one
+    # written to it (usage cache_read_input_tokens / cache_creation_input_tokens).
+    prompt_cache: bool = False
+    # The batch APIs (OpenAI files + batches, Anthropic message batches): agents/backends/batch.py.
+    batch: SimBatchConfig = Field(default_factory=SimBatchConfig)
 
 
 def load_sim_config(source: str | Path | dict[str, Any] | None) -> SimConfig:
@@ -213,6 +221,12 @@ class SimServer:
         # How late the server's own loop runs (started by serve()): a benchmark whose replies
         # come late because the stand-in server is short of CPU should be able to tell.
         self.lag: LoopLagProbe | None = None
+        # The latest requests' constraints on the reply, as /sim/stats shows them.
+        self.constraints: deque[dict[str, Any]] = deque(maxlen=50)
+        # The latest W3C traceparent headers received, as /sim/stats shows them (a traced
+        # client sends the chat span's, as to a vLLM started with --otlp-traces-endpoint).
+        self.traceparents: deque[str] = deque(maxlen=200)
+        self.batches = SimBatches(self)
         self.configure(config)
 
     def configure(self, config: SimConfig) -> None:
@@ -222,6 +236,7 @@ class SimServer:
         self.by_model = {name: _Model(r) for name, r in config.models.items()}
         self.slots = asyncio.Semaphore(config.latency.max_seqs)
         self.fault_counts: Counter[int] = Counter()
+        self.cached_prompts: set[str] = set()
         key_env = config.api_key_env
         self.api_key = os.environ.get(key_env) if key_env else None
 
@@ -232,9 +247,11 @@ class SimServer:
         app.router.add_post("/v1/messages", self.anthropic)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version)
         app.router.add_get("/sim/stats", self.get_stats)
         app.router.add_post("/sim/config", self.set_config)
         app.router.add_post("/sim/reset", self.reset)
+        self.batches.add_routes(app)
         return app
 
     # --- control ----------------------------------------------------------------------------
@@ -249,6 +266,17 @@ class SimServer:
         data = [{"id": n, "object": "model", "created": 0, "owned_by": "parley-sim"} for n in names]
         return web.json_response({"object": "list", "data": data})
 
+    async def version(self, request: web.Request) -> web.Response:
+        # As vLLM answers GET /version: run provenance records it (runtime/provenance.py).
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as installed
+
+        try:
+            parley = installed("parley")
+        except PackageNotFoundError:
+            parley = "0+unknown"
+        return web.json_response({"version": f"parley-sim {parley}"})
+
     async def get_stats(self, request: web.Request) -> web.Response:
         return web.json_response(
             {
@@ -258,6 +286,8 @@ class SimServer:
                 "peak_queued": self.peak_queued,
                 "peak_running": self.peak_running,
                 "loop_lag": self.lag.summary() if self.lag is not None else None,
+                "constraints": list(self.constraints),
+                "traceparents": list(self.traceparents),
             }
         )
 
@@ -285,6 +315,8 @@ class SimServer:
 
     async def reset(self, request: web.Request) -> web.Response:
         self.stats.clear()
+        self.traceparents.clear()
+        self.constraints.clear()
         self.peak_in_flight = self.in_flight
         self.peak_queued = 0
         self.peak_running = self.running
@@ -364,6 +396,9 @@ class SimServer:
         """Parse a request and choose the reply; or an error response."""
         self.stats["requests"] += 1
         self.stats[f"requests_{api}"] += 1
+        traceparent = request.headers.get("traceparent")
+        if traceparent:
+            self.traceparents.append(traceparent)
         if not self._authorised(request):
             self.stats["unauthorised"] += 1
             # Like some real servers, it echoes the key it got: clients must not record it.
@@ -371,7 +406,8 @@ class SimServer:
             return _error(api, 401, "authentication_error", f"invalid API key {given}", {})
         try:
             body = await request.json()
-            messages = body["messages"]
+            if not isinstance(body["messages"], list):
+                raise TypeError("messages is not a list")
             model = str(body.get("model", ""))
         except (ValueError, KeyError, TypeError):
             self.stats["bad_requests"] += 1
@@ -379,9 +415,24 @@ class SimServer:
                 api, 400, "invalid_request_error", "expected a JSON body with messages", {}
             )
         self.stats[f"model_{model}"] += 1
+        for name in ("temperature", "max_tokens", "max_completion_tokens", "reasoning_effort"):
+            if body.get(name) is not None:
+                self.stats[f"param_{name}"] += 1  # which parameters requests carried
+        refused = unsupported_params(api, body, model)
+        if refused is not None:
+            # As OpenAI answers a reasoning model asked for sampling it does not do.
+            self.stats["unsupported_params"] += 1
+            return _error(api, 400, "invalid_request_error", refused, {})
         fault = self._fault(model)
         if fault is not None:
             return await self._inject(request, fault, api, bool(body.get("stream")))
+        reply, n_in, n_out = self.answer(body, model)
+        return body, model, reply, n_in, n_out
+
+    def answer(self, body: dict[str, Any], model: str) -> tuple[str, int, int]:
+        """The reply to a request body, its input and output tokens; a constraint on the reply
+        (vLLM's ``structured_outputs``, OpenAI's ``json_schema``) is honoured and recorded."""
+        messages = body.get("messages") or []
         input_tokens, last_user, assistant_turns = 0, "", 0
         system = body.get("system")
         if system:
@@ -398,7 +449,15 @@ class SimServer:
                 assistant_turns += 1
         logic = self.by_model.get(model, self.default)
         reply = logic.reply(last_user, assistant_turns)
-        return body, model, reply, input_tokens, count_tokens(reply)
+        asked = constrain.requested(body)
+        if asked is not None:
+            self.stats["constrained"] += 1
+            self.constraints.append(asked)
+            try:
+                reply = constrain.honour(body, reply, self.config.seed)
+            except ValueError:
+                self.stats["constraint_unsupported"] += 1
+        return reply, input_tokens, count_tokens(reply)
 
     async def _slot(self) -> None:
         if self.slots.locked():
@@ -441,18 +500,36 @@ class SimServer:
             if isinstance(chosen, web.StreamResponse):
                 return chosen
             body, model, reply, n_in, n_out = chosen
+            extra = self._extra_usage(api, body, model, n_in)
             await self._slot()
             try:
                 if body.get("stream"):
                     self.stats["streamed"] += 1
-                    return await self._stream(request, api, model, reply, n_in, n_out)
+                    return await self._stream(request, api, model, reply, n_in, n_out, extra)
                 await asyncio.sleep(self._first_token_delay() + self._decode_time(n_out))
                 self.stats["completed"] += 1
-                return web.json_response(_full(api, model, reply, n_in, n_out))
+                return web.json_response(_full(api, model, reply, n_in, n_out, extra))
             finally:
                 self._free()
         finally:
             self.in_flight -= 1
+
+    def _extra_usage(self, api: str, body: dict[str, Any], model: str, n_in: int) -> dict[str, Any]:
+        """What a reply carries beyond its text: a reasoning model's reasoning (OpenAI API),
+        and prompt-cache reads/writes of the system prompt (Anthropic API, ``prompt_cache``)."""
+        extra: dict[str, Any] = {}
+        if api == "openai" and is_reasoning_name(model):
+            extra["reasoning"] = _reasoning_text(body)
+            self.stats["reasoning_replies"] += 1
+        if api == "anthropic" and self.config.prompt_cache:
+            system, _ = _text_of(body.get("system"))
+            tokens = min(n_in, _tokens_of(system)) if system else 0
+            if tokens:
+                key = "cache_read" if system in self.cached_prompts else "cache_write"
+                self.cached_prompts.add(system)
+                extra[key] = tokens
+                self.stats[f"prompt_{key}"] += 1
+        return extra
 
     async def _stream(
         self,
@@ -462,6 +539,7 @@ class SimServer:
         reply: str,
         n_in: int,
         n_out: int,
+        extra: dict[str, Any] | None = None,
     ) -> web.StreamResponse:
         await asyncio.sleep(self._first_token_delay())
         response = web.StreamResponse(
@@ -470,7 +548,7 @@ class SimServer:
         await response.prepare(request)
         pieces = _pieces(reply)
         per_piece = self._decode_time(n_out) / max(1, len(pieces))
-        events = _stream_events(api, model, pieces, n_in, n_out)
+        events = _stream_events(api, model, pieces, n_in, n_out, extra)
         for i, event in enumerate(events):
             if i > 1 and per_piece and event.get("_piece"):
                 await asyncio.sleep(per_piece)
@@ -491,7 +569,54 @@ def _error(api: str, status: int, kind: str, message: str, headers: dict[str, st
     return web.json_response(body, status=status, headers=headers)
 
 
-def _full(api: str, model: str, reply: str, n_in: int, n_out: int) -> dict[str, Any]:
+# What OpenAI's reasoning models refuse, and what they take instead.
+_REASONING_REFUSED = {
+    "max_tokens": "use 'max_completion_tokens' instead",
+    "temperature": "only the default (1) is supported",
+    "top_p": "only the default (1) is supported",
+    "stop": "not supported with this model",
+}
+
+
+def unsupported_params(api: str, body: dict[str, Any], model: str) -> str | None:
+    """Why OpenAI would refuse this request (400), for a reasoning model (o1, o3, o4, gpt-5)
+    asked for parameters it does not take; None when it would not."""
+    if api != "openai" or not is_reasoning_name(model):
+        return None
+    for name, instead in _REASONING_REFUSED.items():
+        if body.get(name) is not None:
+            return f"Unsupported parameter: '{name}' is not supported with model {model}: {instead}"
+    return None
+
+
+def _reasoning_text(body: dict[str, Any]) -> str:
+    """A reasoning model's (deterministic) thoughts on a request."""
+    messages = body.get("messages") or []
+    last = _text_of(messages[-1].get("content"))[0] if messages else ""
+    words = " ".join(last.split()[:8])
+    return f"Let me think about this: {words}"
+
+
+def _usage(api: str, n_in: int, n_out: int, extra: dict[str, Any] | None) -> dict[str, Any]:
+    extra = extra or {}
+    if api == "anthropic":
+        read, write = extra.get("cache_read", 0), extra.get("cache_write", 0)
+        usage: dict[str, Any] = {"input_tokens": n_in - read - write, "output_tokens": n_out}
+        if "cache_read" in extra or "cache_write" in extra:
+            usage["cache_read_input_tokens"] = read
+            usage["cache_creation_input_tokens"] = write
+        return usage
+    reasoning = _tokens_of(extra["reasoning"]) if extra.get("reasoning") else 0
+    out = n_out + reasoning  # reasoning tokens are part of the completion, as OpenAI counts
+    usage = {"prompt_tokens": n_in, "completion_tokens": out, "total_tokens": n_in + out}
+    if "reasoning" in extra:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return usage
+
+
+def _full(
+    api: str, model: str, reply: str, n_in: int, n_out: int, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     if api == "anthropic":
         return {
             "id": f"msg_{uuid.uuid4().hex[:24]}",
@@ -501,8 +626,11 @@ def _full(api: str, model: str, reply: str, n_in: int, n_out: int) -> dict[str, 
             "content": [{"type": "text", "text": reply}],
             "stop_reason": "end_turn",
             "stop_sequence": None,
-            "usage": {"input_tokens": n_in, "output_tokens": n_out},
+            "usage": _usage(api, n_in, n_out, extra),
         }
+    message: dict[str, Any] = {"role": "assistant", "content": reply}
+    if extra and extra.get("reasoning"):
+        message["reasoning_content"] = extra["reasoning"]  # as vLLM's reasoning parsers send
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
         "object": "chat.completion",
@@ -511,11 +639,11 @@ def _full(api: str, model: str, reply: str, n_in: int, n_out: int) -> dict[str, 
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": reply},
+                "message": message,
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": n_in, "completion_tokens": n_out, "total_tokens": n_in + n_out},
+        "usage": _usage(api, n_in, n_out, extra),
     }
 
 
@@ -527,7 +655,12 @@ def _pieces(text: str, most: int = 16) -> list[str]:
 
 
 def _stream_events(
-    api: str, model: str, pieces: list[str], n_in: int, n_out: int
+    api: str,
+    model: str,
+    pieces: list[str],
+    n_in: int,
+    n_out: int,
+    extra: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     if api == "anthropic":
         msg_id = f"msg_{uuid.uuid4().hex[:24]}"
@@ -542,7 +675,7 @@ def _stream_events(
                     "content": [],
                     "stop_reason": None,
                     "stop_sequence": None,
-                    "usage": {"input_tokens": n_in, "output_tokens": 0},
+                    "usage": {**_usage(api, n_in, n_out, extra), "output_tokens": 0},
                 },
             },
             {
@@ -584,6 +717,8 @@ def _stream_events(
         }
 
     out = [chunk({"role": "assistant", "content": ""})]
+    if extra and extra.get("reasoning"):
+        out += [chunk({"reasoning_content": p}) for p in _pieces(extra["reasoning"], 4)]
     out += [{**chunk({"content": p}), "_piece": True} for p in pieces]
     out.append(chunk({}, "stop"))
     out.append(
@@ -593,11 +728,7 @@ def _stream_events(
             "created": created,
             "model": model,
             "choices": [],
-            "usage": {
-                "prompt_tokens": n_in,
-                "completion_tokens": n_out,
-                "total_tokens": n_in + n_out,
-            },
+            "usage": _usage(api, n_in, n_out, extra),
         }
     )
     return out
