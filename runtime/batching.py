@@ -36,7 +36,9 @@ log = logging.getLogger("parley.runtime.batching")
 BATCH_FILE = "batch.json"
 
 
-def first_request(spec: EpisodeSpec, run: str, pool: ModelPool) -> tuple[ModelClient, dict] | None:
+def first_request(
+    spec: EpisodeSpec, run: str, pool: ModelPool
+) -> tuple[ModelClient, dict[str, Any]] | None:
     """The model and request body of ``spec``'s first turn, when a batch model makes it."""
     info = registry.get(spec.game)
     instance = spec.instance or info.instance(spec.seed, spec.settings)

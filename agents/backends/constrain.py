@@ -6,7 +6,8 @@ legal_actions`` a model is asked to answer with exactly one of them, through wha
 offers:
 
 - ``choice`` (the default for self-hosted servers): vLLM's ``structured_outputs:
-  {"choice": [...]}`` (vLLM 0.12 and later; older servers: ``guided_choice``);
+  {"choice": [...]}`` (vLLM 0.10.2 and later, the pinned 0.11 included; ``guided_choice``
+  for older servers — deprecated in 0.10.2, removed in 0.12);
 - ``regex``: ``structured_outputs: {"regex": "(?:a|b|…)"}`` (older: ``guided_regex``);
 - ``json_schema`` (the default for api.openai.com): OpenAI's ``response_format`` with a JSON
   schema whose one field is an enum of the actions; the reply ``{"action": "e2e4"}`` is turned
