@@ -88,12 +88,25 @@ def first_request(
 
 
 async def prefetch_first_turns(
-    specs: list[EpisodeSpec], pool: ModelPool, run: str, run_dir: Path | None = None
+    specs: list[EpisodeSpec],
+    pool: ModelPool,
+    run: str,
+    run_dir: Path | None = None,
+    *,
+    local: bool = True,
 ) -> list[dict[str, Any]]:
     """Answer the first turns of ``specs`` made by ``batch: true`` models through their batch
     APIs (one batch per model), into the models' reply stores; returns one record per batch,
-    also written to ``batch.json`` in the run folder. Nothing to do: returns ``[]`` at once."""
+    also written to ``batch.json`` in the run folder. Nothing to do: returns ``[]`` at once.
+    ``local=False`` (episodes played by worker processes, whose model pools are their own):
+    batch mode does not apply, and the log says so."""
     if not any(spec.batch for spec in pool.specs.values()):
+        return []
+    if not local:
+        log.warning(
+            "batch: true applies to runs played in this process (workers: 1); "
+            "these episodes are played by workers, and their first turns go live"
+        )
         return []
     wanted: dict[str, tuple[ModelClient, list[dict[str, Any]]]] = {}
     skipped = 0
