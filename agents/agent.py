@@ -43,6 +43,8 @@ class Agent:
         # for a role with memory across episodes (the runtime sets a list): every turn pays
         # for it otherwise.
         self.log: list[Recollection] | None = None
+        # History entries' prompt messages, built once each (agents/prompt.py).
+        self._messages: dict[int, tuple[MemoryEntry, Any]] = {}
 
     def prepare(self, request: TurnRequest) -> Prompt:
         """Take in a turn request and assemble the prompt it calls for."""
@@ -68,6 +70,7 @@ class Agent:
             working=self.working,
             turn=self.turns,
             recall=self.recall,
+            cache=self._messages,
         )
 
     async def respond(self, request: TurnRequest) -> TurnResponse:
@@ -131,6 +134,7 @@ class Agent:
     def forget(self) -> None:
         """Release this episode's memory."""
         self.episodic.clear()
+        self._messages.clear()
 
 
 def _text(parts: list[Any]) -> str:
