@@ -372,14 +372,6 @@ def read_trace_set(path: str | Path) -> list[dict[str, Any]]:
     return spans
 
 
-def is_trace_set(path: str | Path) -> bool:
-    """Whether ``path`` is a trace set rather than a run folder (no ``episodes.jsonl``)."""
-    target = Path(path)
-    if target.is_dir() and (target / "episodes.jsonl").exists():
-        return False
-    return bool(trace_files(target))
-
-
 # --- replay to a collector -----------------------------------------------------------------------
 
 

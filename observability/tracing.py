@@ -427,6 +427,21 @@ def content_attributes(prompt: Sequence[Any] | None, reply: str) -> dict[str, st
     return attributes
 
 
+def episode_content(record: dict[str, Any], transcript: Sequence[Any]) -> dict[str, str]:
+    """An episode's record (``parley.record``, JSON) and transcript (``parley.transcript``,
+    JSON Lines, images by sha256) as attributes of its span, for runs that record content:
+    an exported trace set then holds what ``parley leaks`` and ``parley errors`` read
+    (:mod:`parley.observability.trace_runs`)."""
+    from parley.bus.codec import encode
+
+    kept = {k: v for k, v in record.items() if k != "transcript"}  # a byte range of the folder
+    lines = b"\n".join(encode(m, inline_images=False, max_bytes=2**62) for m in transcript)
+    return {
+        "parley.record": json.dumps(kept, ensure_ascii=False, default=str),
+        "parley.transcript": lines.decode("utf-8"),
+    }
+
+
 # --- metrics ------------------------------------------------------------------------------------
 
 
