@@ -33,6 +33,7 @@ import yarl
 from opentelemetry import baggage, trace
 
 from parley.agents.backends import spans as genai_spans
+from parley.agents.backends.cache import request_key
 from parley.agents.backends.formats import (
     MAX_REPLY_CHARS,
     AnthropicStream,
@@ -54,8 +55,9 @@ if TYPE_CHECKING:
     import httpx2
 
     from parley.agents.backends.batch import ReplyStore
+    from parley.agents.backends.cache import ResponseCache
     from parley.agents.backends.constrain import Constraint
-from parley.bus.messages import PromptMessage
+from parley.bus.messages import PromptMessage, Usage
 
 TracerFn = Callable[[], trace.Tracer]
 
@@ -648,6 +650,8 @@ class ModelClient:
         self._turn = 0
         # Replies fetched ahead through a batch API (batch.py), consulted before calling.
         self.replies: ReplyStore | None = None
+        # The response cache (cache.py), consulted before calling, filled by successes.
+        self.cache: ResponseCache | None = None
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -706,6 +710,12 @@ class ModelClient:
             stored = self.replies.take(body, notes)
             if stored is not None:
                 return stored
+        key: str | None = None
+        if self.cache is not None:
+            key = request_key(self.backend.provider, body)
+            entry = await self.cache.get(key)
+            if entry is not None:
+                return _replayed(entry, notes)
         calls: list[dict[str, Any]] = []
         start = time.monotonic()
         attempt = 0
@@ -738,7 +748,11 @@ class ModelClient:
                 await asyncio.sleep(delay)
                 continue
             record["outcome"] = "ok"
-            return Completion(reply, calls, time.monotonic() - start)
+            done = Completion(reply, calls, time.monotonic() - start)
+            if key is not None and self.cache is not None:
+                # Only successes reach here: errors are never cached.
+                await self.cache.put(key, spec.model, _cache_entry(reply, record))
+            return done
 
     def _give_up(self, calls: list[dict[str, Any]], elapsed: float, failure: Failure) -> str:
         kinds = Counter(c.get("outcome", "?") for c in calls)
@@ -851,6 +865,48 @@ class ModelClient:
                 limiter.release()
         finally:
             endpoint.outstanding -= 1
+
+
+def _cache_entry(reply: Reply, record: dict[str, Any]) -> dict[str, Any]:
+    """What the response cache keeps of a successful call: the reply as parsed, and the
+    call's usage and finish reason as its record had them."""
+    usage = reply.usage
+    return {
+        "text": reply.text,
+        "usage": None
+        if usage is None
+        else {
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "source": usage.source,
+        },
+        "finish_reason": reply.finish_reason,
+        "model": reply.model,
+        "raw": reply.raw,
+        "repaired": reply.repaired,
+        "length": reply.length,
+        "call": {
+            k: record[k] for k in ("usage", "finish_reason", "repaired", "cut") if k in record
+        },
+    }
+
+
+def _replayed(entry: dict[str, Any], notes: dict[str, Any]) -> Completion:
+    """A cached reply as a completion: one attempt, ``cached``, taking no time."""
+    usage = entry.get("usage")
+    reply = Reply(
+        text=entry["text"],
+        usage=Usage(**usage) if usage is not None else None,
+        finish_reason=entry.get("finish_reason"),
+        model=entry.get("model") or "",
+        raw=entry.get("raw") or {},
+        repaired=int(entry.get("repaired") or 0),
+        length=entry.get("length"),
+    )
+    record: dict[str, Any] = {"attempt": 1, "endpoint": "cache", **notes}
+    record.update(entry.get("call") or {})
+    record.update(outcome="ok", cached=True, latency_s=0.0)
+    return Completion(reply, [record], 0.0)
 
 
 # What a model call runs in when tracing is off (the tracer is a no-op one).

@@ -6,6 +6,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from parley.agents.backends.cache import ResponseCache, resolve_path
 from parley.agents.backends.client import (
     BACKENDS,
     Endpoint,
@@ -45,6 +46,8 @@ class ModelPool:
         self.failed: dict[str, str] = {}
         self._clients: dict[str, ModelClient] = {}
         self._endpoints: dict[tuple[str, str, str | None], Endpoint] = {}
+        # Response caches by file: models that name one file share one cache (one writer).
+        self._caches: dict[str, ResponseCache] = {}
 
     def mark_failed(self, name: str, reason: str) -> None:
         """Every call to ``name`` fails at once with ``reason`` (e.g. its server never started)."""
@@ -83,8 +86,29 @@ class ModelPool:
         client = ModelClient(
             name, spec, endpoints, secrets=(key,) if key else (), tracer=self.tracer
         )
+        client.cache = self.cache_for(spec)
         self._clients[name] = client
         return client
+
+    def cache_for(self, spec: ModelSpec) -> ResponseCache | None:
+        """The response cache of a model (its ``cache:``, which the run's fills in), if any."""
+        path = resolve_path(spec.cache)
+        if path is None:
+            return None
+        ident = str(path.resolve())
+        cache = self._caches.get(ident)
+        if cache is None:
+            cache = self._caches[ident] = ResponseCache(path)
+        return cache
+
+    def cache_counts(self) -> dict[str, int]:
+        """Replies replayed from and stored in the response caches so far."""
+        caches = self._caches.values()
+        return {
+            "hits": sum(c.hits for c in caches),
+            "misses": sum(c.misses for c in caches),
+            "stored": sum(c.stored for c in caches),
+        }
 
     def policy(self, name: str, params: dict[str, Any] | None = None, role: str = "") -> Any:
         """An :class:`~parley.agents.backends.policy.LlmPolicy` for one role of one episode."""
@@ -114,9 +138,12 @@ class ModelPool:
 
     async def aclose(self) -> None:
         endpoints, self._endpoints = list(self._endpoints.values()), {}
+        caches, self._caches = list(self._caches.values()), {}
         self._clients = {}
         for endpoint in endpoints:
             await endpoint.aclose()
+        for cache in caches:
+            await cache.aclose()
 
     async def __aenter__(self) -> ModelPool:
         return self
