@@ -851,8 +851,19 @@ class ModelClient:
                         # One call: the SDK takes its lock once per call.
                         done: dict[str, Any] = {}
                         if usage is not None:
-                            done["gen_ai.usage.input_tokens"] = usage.input_tokens
+                            details = record["usage"]
+                            read = details.get("cache_read", 0)
+                            write = details.get("cache_write", 0)
+                            # GenAI conventions: input tokens include those the provider's
+                            # prompt cache served or stored, which are also given apart.
+                            done["gen_ai.usage.input_tokens"] = usage.input_tokens + read + write
                             done["gen_ai.usage.output_tokens"] = usage.output_tokens
+                            if read:
+                                done["gen_ai.usage.cache_read.input_tokens"] = read
+                            if write:
+                                done["gen_ai.usage.cache_creation.input_tokens"] = write
+                            if details.get("reasoning"):
+                                done["parley.usage.reasoning_tokens"] = details["reasoning"]
                         if reply.finish_reason:
                             done["gen_ai.response.finish_reasons"] = [reply.finish_reason]
                         if reply.model:
