@@ -110,7 +110,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         per = [x["us_per_request"] for x in runs]
         summary[mode] = {"median_us": statistics.median(per), "min_us": min(per), "runs": per}
     ratios = [
-        on["us_per_request"] / off["us_per_request"] for on, off in zip(rows["on"], rows["off"])
+        on["us_per_request"] / off["us_per_request"]
+        for on, off in zip(rows["on"], rows["off"], strict=True)
     ]
     summary["ratio"] = {
         "median": statistics.median(ratios),

@@ -1,0 +1,257 @@
+"""A lean tracer for the run's own spans: the OpenTelemetry API, a fraction of the SDK's cost.
+
+The SDK's tracer does per span what parley's spans do not need: it checks and copies every
+attribute (``BoundedAttributes``), takes a lock per attribute set, counts its own metrics,
+asks a sampler for spans that always record, and copies the span into a fresh
+``ReadableSpan`` when it ends. With three to seven spans per model request that was most of
+what tracing cost (issue 20).
+
+:class:`LightTracer` hands out :class:`LightSpan` objects: real ``trace.Span`` s for the API
+(context propagation, ``use_span``, traceparents) that are at the same time SDK
+``ReadableSpan`` s, so they go as they are to any SDK span processor — the run's OTLP JSON
+writer, or a ``BatchSpanProcessor`` with the OTLP exporter. Attributes are taken as given:
+parley's own code sets them, with the types OpenTelemetry allows (``None`` values dropped).
+Sampling follows the parent (a span under an unsampled parent records nothing) and, for
+roots, an optional sampler (the episode sampler).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace.sampling import Sampler
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.util import types
+
+_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
+_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_get_current_span = trace.get_current_span
+_time_ns = time.time_ns
+
+
+def _clean(attributes: types.Attributes) -> dict[str, Any]:
+    if not attributes:
+        return {}
+    out = dict(attributes)
+    if None in out.values():
+        out = {k: v for k, v in out.items() if v is not None}
+    return out
+
+
+class LightSpan(ReadableSpan, trace.Span):
+    """A recording span that is its own readable (exported) form."""
+
+    def __init__(
+        self,
+        name: str,
+        context: SpanContext,
+        parent: SpanContext | None,
+        resource: Resource,
+        attributes: dict[str, Any],
+        links: Sequence[Link],
+        kind: SpanKind,
+        scope: InstrumentationScope,
+        processors: tuple[SpanProcessor, ...],
+        record_exception: bool,
+        set_status_on_exception: bool,
+        start_time: int,
+    ) -> None:
+        # ReadableSpan's fields, set directly (its __init__ would copy and wrap them).
+        self._name = name
+        self._context = context
+        self._kind = kind
+        self._instrumentation_info = None
+        self._instrumentation_scope = scope
+        self._parent = parent
+        self._start_time = start_time
+        self._end_time: int | None = None
+        self._attributes = attributes
+        self._events: list[Event] = []
+        self._links = tuple(links) if links else ()
+        self._resource = resource
+        self._status = Status(StatusCode.UNSET)
+        self._processors = processors
+        self._record_exception = record_exception
+        self._set_status_on_exception = set_status_on_exception
+
+    # --- ReadableSpan extras the SDK's exporters read -----------------------------------------
+
+    @property
+    def dropped_attributes(self) -> int:
+        return 0
+
+    @property
+    def dropped_events(self) -> int:
+        return 0
+
+    @property
+    def dropped_links(self) -> int:
+        return 0
+
+    # --- the API ---------------------------------------------------------------------------
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return self._end_time is None
+
+    def set_attribute(self, key: str, value: types.AttributeValue) -> None:
+        if self._end_time is None and value is not None:
+            self._attributes[key] = value
+
+    def set_attributes(self, attributes: dict[str, types.AttributeValue]) -> None:  # type: ignore[override]
+        if self._end_time is None:
+            self._attributes.update(_clean(attributes))
+
+    def add_event(
+        self,
+        name: str,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+    ) -> None:
+        if self._end_time is None:
+            self._events.append(Event(name, _clean(attributes), timestamp or _time_ns()))
+
+    def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
+        if self._end_time is None and context.is_valid:
+            self._links = (*self._links, Link(context, _clean(attributes)))
+
+    def update_name(self, name: str) -> None:
+        if self._end_time is None:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._end_time is not None:
+            return
+        if isinstance(status, Status):
+            self._status = status
+        else:
+            self._status = Status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: types.Attributes = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        stack = "".join(
+            traceback.format_exception(type(exception), exception, exception.__traceback__)
+        )
+        event = {
+            "exception.type": type(exception).__qualname__,
+            "exception.message": str(exception),
+            "exception.stacktrace": stack,
+            "exception.escaped": str(escaped),
+            **_clean(attributes),
+        }
+        self.add_event("exception", event, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end_time is not None:
+            return
+        self._end_time = end_time if end_time is not None else _time_ns()
+        for processor in self._processors:
+            processor.on_end(self)
+
+    def __repr__(self) -> str:
+        return f'LightSpan(name="{self._name}", context={self._context})'
+
+
+class LightTracer(trace.Tracer):
+    """Starts :class:`LightSpan` s that end into ``processors``."""
+
+    def __init__(
+        self,
+        resource: Resource,
+        processors: Sequence[SpanProcessor],
+        *,
+        sampler: Sampler | None = None,
+        name: str = "parley",
+    ) -> None:
+        self.resource = resource
+        self.processors = tuple(processors)
+        self.sampler = sampler
+        self.scope = InstrumentationScope(name)
+        self._bits = random.SystemRandom().getrandbits  # ids as the SDK makes them
+        rng = random.Random(self._bits(64))
+        self._fast_bits = rng.getrandbits
+
+    def start_span(
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        parent = _get_current_span(context).get_span_context()
+        bits = self._fast_bits
+        if parent.is_valid:
+            if not parent.trace_flags.sampled:
+                return trace.NonRecordingSpan(
+                    SpanContext(parent.trace_id, bits(64) or 1, False, _NOT_SAMPLED)
+                )
+            trace_id = parent.trace_id
+            parent_context: SpanContext | None = parent
+        else:
+            trace_id = bits(128) or 1
+            parent_context = None
+            if self.sampler is not None:
+                decision = self.sampler.should_sample(
+                    context, trace_id, name, kind, attributes, links
+                )
+                if not decision.decision.is_sampled():
+                    return trace.NonRecordingSpan(
+                        SpanContext(trace_id, bits(64) or 1, False, _NOT_SAMPLED)
+                    )
+        span = LightSpan(
+            name,
+            SpanContext(trace_id, bits(64) or 1, False, _SAMPLED),
+            parent_context,
+            self.resource,
+            _clean(attributes),
+            links or (),
+            kind,
+            self.scope,
+            self.processors,
+            record_exception,
+            set_status_on_exception,
+            start_time if start_time is not None else _time_ns(),
+        )
+        return span
+
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = (),
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Iterator[trace.Span]:
+        span = self.start_span(
+            name, context, kind, attributes, links, start_time, record_exception,
+            set_status_on_exception,
+        )  # fmt: skip
+        return trace.use_span(  # type: ignore[return-value]
+            span,
+            end_on_exit=end_on_exit,
+            record_exception=record_exception,
+            set_status_on_exception=set_status_on_exception,
+        )
