@@ -109,11 +109,13 @@ def test_the_default_command_is_vllm_serve() -> None:
 
 
 # The `vllm serve` flags the launcher may write, pinned to the vLLM version docs/models.md
-# names (0.11.0). Where they come from: `EngineArgs.add_cli_args` in vllm/engine/arg_utils.py
-# (--served-model-name, --tensor-parallel-size/-tp, --data-parallel-size/-dp,
-# --limit-mm-per-prompt, --max-num-seqs) and `make_arg_parser` in
-# vllm/entrypoints/openai/cli_args.py (--host, --port, --api-key). A flag the launcher starts
-# writing must be checked against that version and added here.
+# names (0.11.0), as read in that release's source (PyPI sdist vllm-0.11.0.tar.gz, sha256
+# f435a64c…bfae): `EngineArgs.add_cli_args` in vllm/engine/arg_utils.py declares
+# --served-model-name, --tensor-parallel-size/-tp, --data-parallel-size/-dp,
+# --limit-mm-per-prompt (JSON) and --max-num-seqs; `FrontendArgs` in
+# vllm/entrypoints/openai/cli_args.py gives --host, --port and --api-key (the server reads
+# VLLM_API_KEY when --api-key is absent: vllm/entrypoints/openai/api_server.py). A flag the
+# launcher starts writing must be checked against that version and added here.
 VLLM_0_11_SERVE_FLAGS = frozenset(
     {
         "--host",
