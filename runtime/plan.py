@@ -78,6 +78,7 @@ class PairingPlan(BaseModel):
     episodes: int
     sampled: int  # episodes played for the estimate
     outcomes: dict[str, int] = Field(default_factory=dict)  # of the sampled episodes
+    error: str | None = None  # why a sampled episode ended as error (the first such)
     turns: float  # typical turns per episode, all roles
     turns_max: int
     roles: list[RolePlan]
@@ -150,6 +151,7 @@ class _Sampled:
     outcome: str
     turns: dict[str, int]
     calls: dict[str, _Calls] = field(default_factory=dict)
+    reason: str = ""  # why it ended as error
 
 
 class _Counting:
@@ -181,7 +183,7 @@ class _Counting:
         await self.inner.aclose()
 
 
-def _stand_in(info: GameInfo, spec: EpisodeSpec, role: str, strategy: str) -> Any:
+def _stand_in(info: GameInfo, spec: EpisodeSpec, role: str, strategy: str) -> Any | None:
     """The player spec that plays ``role`` in the sample: the configured built-in player, or
     for a model's or a person's role the game's oracle (``strategy`` ``random``: its random
     player, where it has one)."""
@@ -193,8 +195,13 @@ def _stand_in(info: GameInfo, spec: EpisodeSpec, role: str, strategy: str) -> An
     available = info.players.get(role, {})
     if strategy == "random" and "random" in available:
         return PlayerSpec(kind="random")
-    name = "oracle" if "oracle" in available else "scripted"
-    return PlayerSpec(kind="scripted", name=None if name == "scripted" else name)
+    if "oracle" in available:
+        return PlayerSpec(kind="scripted", name="oracle")
+    if "scripted" in available:
+        return PlayerSpec(kind="scripted")
+    if "random" in available:
+        return PlayerSpec(kind="random")
+    return None  # no built-in player for the role: a stalling one stands in
 
 
 def _parts(text: str, images: list[bytes]) -> list[Any]:
@@ -225,18 +232,25 @@ async def play_sample(
     agents: dict[str, Agent] = {}
     for role in info.roles:
         key = f"{spec.id}:{role}"  # the run's seed of this role's built-in player
-        if strategy == "prose" and spec.players[role].kind not in ("scripted", "random"):
+        stand_in = _stand_in(info, spec, role, strategy)
+        if stand_in is None or (
+            strategy == "prose" and spec.players[role].kind not in ("scripted", "random")
+        ):
             policy: Any = builtin_policy("prose", _prose, random.Random(key))
         else:
-            policy = make_policy(_stand_in(info, spec, role, strategy), role, info, key, {})
+            policy = make_policy(stand_in, role, info, key, {})
         if spec.players[role].kind == "llm":
             sampled.calls[role] = _Calls()
             policy = _Counting(policy, sampled.calls[role], image_tokens)
         memory = spec.memory.get(role)
         history = HistoryPolicy(memory.policy, memory.k) if memory else None
         agents[role] = Agent(role, policy, history=history, memory_key=key, record_prompts=False)
-    instance = spec.instance or info.instance(spec.seed, spec.settings)
-    gm = info.game_master(instance, spec.settings)
+    try:
+        instance = spec.instance or info.instance(spec.seed, spec.settings)
+        gm = info.game_master(instance, spec.settings)
+    except Exception as exc:  # the run would end this episode as error too
+        sampled.reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        return sampled
     try:
         for n in range(1, MAX_REPLIES + 1):
             turn = gm.next_turn()
@@ -269,6 +283,9 @@ async def play_sample(
         else:
             sampled.outcome = "unended"
             return sampled
+    except Exception as exc:  # a game or player that raises: counted as the error it is
+        sampled.reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        return sampled
     finally:
         for agent in agents.values():
             agent.forget()
@@ -350,6 +367,7 @@ async def _plan_pairing(
         episodes=len(specs),
         sampled=len(played),
         outcomes=dict(outcomes),
+        error=next((p.reason for p in played if p.reason), None),
         turns=sum(r.turns for r in roles),
         turns_max=sum(r.turns_max for r in roles),
         roles=roles,
@@ -581,6 +599,14 @@ def command(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160)
     for table in tables(plan):
         console.print(table, highlight=False)
+    for p in plan.pairings:
+        if p.error:
+            console.print(
+                f"[yellow]{p.game} {p.pairing}: a sampled episode ended as error ({p.error}); "
+                "the estimate counts what it played[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
     calls = sum(m.calls for m in plan.models)
     console.print(
         f"{plan.episodes:,} episodes, about {_n(plan.turns)} turns (at most {plan.turns_max:,}); "

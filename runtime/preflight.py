@@ -331,6 +331,20 @@ async def check_endpoint(
         notes.insert(0, await _round_trip(name, spec, url, images, remaining, environ))
     except _Failed as failed:
         return result("failed", failed.step, failed.detail, failed.fix)
+    except TimeoutError:
+        return result(
+            "failed",
+            "request",
+            f"no answer within {timeout_s:g} s",
+            "check that the server is up and not overloaded, or raise --timeout",
+        )
+    except Exception as exc:  # anything the client does not classify: named, never a traceback
+        return result(
+            "failed",
+            "request",
+            f"the check failed: {type(exc).__name__}: {str(exc)[:200]}",
+            "check the model's entry and the server's log",
+        )
     what = (
         "served, and a request with an image round-trips"
         if images
@@ -358,6 +372,25 @@ async def check_models(
         BACKENDS[backend].sdk  # noqa: B018 (imports it)
     jobs: list[asyncio.Future[ModelCheck] | asyncio.Task[ModelCheck]] = []
     skipped: list[ModelCheck] = []
+
+    async def bounded(name: str, spec: ModelSpec, url: str, images: bool) -> ModelCheck:
+        # A guard over the client's own timeouts: no check outlives its time by much.
+        try:
+            async with asyncio.timeout(timeout_s + 5.0):
+                return await check_endpoint(
+                    name, spec, url, images=images, timeout_s=timeout_s, environ=env
+                )
+        except TimeoutError:
+            return ModelCheck(
+                name,
+                "failed",
+                "request",
+                f"no answer within {timeout_s:g} s",
+                "check that the server is up and not overloaded, or raise --timeout",
+                _shown(url),
+                images,
+            )
+
     for name, spec in models.items():
         takes = spec.images and spec.max_images != 0
         with_images = takes if images is None else bool(images.get(name)) and takes
@@ -378,13 +411,7 @@ async def check_models(
             skipped.append(ModelCheck(name, "failed", problem.step, problem.detail, problem.fix))
             continue
         for url in spec.base_urls:
-            jobs.append(
-                asyncio.ensure_future(
-                    check_endpoint(
-                        name, spec, url, images=with_images, timeout_s=timeout_s, environ=env
-                    )
-                )
-            )
+            jobs.append(asyncio.ensure_future(bounded(name, spec, url, with_images)))
     done = list(await asyncio.gather(*jobs))
     order = list(models)
     return sorted([*skipped, *done], key=lambda c: order.index(c.model))
@@ -506,6 +533,15 @@ def check_before_run(config: ExperimentConfig, args: argparse.Namespace) -> int 
     from parley import event_loop
 
     console = Console(stderr=True)
+    if config.workers == "remote":
+        # The workers call the models, with their own keys and network: checked from here,
+        # a key that only the workers hold would stop a run that can play.
+        console.print(
+            "[yellow]pre-flight skipped: with workers: remote the models are called from the "
+            "worker machines; run parley check CONFIG there[/]",
+            highlight=False,
+        )
+        return None
     results = event_loop.run(check_config(config))
     failed = [r for r in results if r.status == "failed"]
     if not failed:

@@ -201,3 +201,28 @@ def test_plan_command_json_and_bad_config(
     assert data["episodes"] == 4 and data["pairings"][0]["game"] == "comma.wire"
     assert main(["plan", str(config), "--set", "games.0.game=no.such.game"]) == 2
     assert "no.such.game" in capsys.readouterr().err
+
+
+def test_a_game_that_raises_is_counted_as_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import tests.runtime.faulty_game  # noqa: F401  (registers test.counter)
+
+    data = {
+        "name": "plan-faulty",
+        "games": [
+            {
+                "game": "test.counter",
+                "seeds": [0, 1, 2],
+                "settings": {"gm_raises_on": 1},
+                "pairings": [{"counter": "scripted"}],
+            }
+        ],
+    }
+    [pairing] = plan(data).pairings
+    assert pairing.outcomes == {"success": 2, "error": 1}
+    assert pairing.error is not None and "broke on purpose" in pairing.error
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(data))
+    assert main(["plan", str(config)]) == 0
+    assert "broke on purpose" in capsys.readouterr().out
