@@ -226,3 +226,32 @@ def test_a_game_that_raises_is_counted_as_error_not_a_traceback(
     config.write_text(yaml.safe_dump(data))
     assert main(["plan", str(config)]) == 0
     assert "broke on purpose" in capsys.readouterr().out
+
+
+def test_prompt_tokens_count_images_only_where_the_role_is_shown_them() -> None:
+    def data(variant: str) -> dict[str, Any]:
+        return {
+            "name": "plan-images",
+            "games": [
+                {
+                    "game": "comma.wire",
+                    "seeds": {"count": 2},
+                    "settings": {"variant": variant},
+                    "pairings": [{"solver": "m", "expert": "m"}],
+                }
+            ],
+            # Never called: the plan plays the roles with the game's oracle.
+            "models": {"m": {"model": "m", "base_url": "http://127.0.0.1:9/v1"}},
+        }
+
+    def roles(variant: str, image_tokens: int) -> dict[str, Any]:
+        [pairing] = plan(data(variant), image_tokens=image_tokens).pairings
+        return {r.role: r for r in pairing.roles}
+
+    image, text = roles("image", 1000), roles("text", 1000)
+    assert image["solver"].images > 0 and text["solver"].images == 0
+    assert image["expert"].images == text["expert"].images == 0
+    # Each image counts image_tokens: the same plan with none differs by exactly that.
+    without = roles("image", 0)
+    extra = image["solver"].input_tokens - without["solver"].input_tokens
+    assert extra == 1000 * image["solver"].images

@@ -28,7 +28,9 @@ def sim() -> Iterator[SimServerProcess]:
     """A sim server that serves two names and wants the key in KEY_ENV on every request."""
     config = {
         "replies": {"text": "OK"},
-        "models": {"solver-m": {"text": "OK"}, "expert-m": {"text": "OK"}},
+        "models": {"solver-m": {"text": "OK"}, "expert-m": {"text": "OK"}, "hang-m": {}},
+        # hang-m never answers a request in time (it is listed, so it gets that far).
+        "faults": [{"kind": "timeout", "hang_s": 30, "models": ["hang-m"]}],
         "api_key_env": KEY_ENV,
     }
     with SimServerProcess(config, env={KEY_ENV: KEY}) as server:
@@ -127,6 +129,15 @@ def test_wrong_served_name_lists_the_served_ones(fresh: SimServerProcess) -> Non
     assert fresh.stats().get("requests", 0) == 0
 
 
+def test_a_request_with_no_answer_fails_at_the_timeout(fresh: SimServerProcess) -> None:
+    data = wire({"m": entry(fresh, "hang-m")}, "m", variant="text")
+    results = event_loop.run(check_config(load_config(data), timeout_s=1, environ={KEY_ENV: KEY}))
+    [result] = results
+    assert (result.status, result.step) == ("failed", "request")
+    assert "timeout" in result.detail.lower() or "no answer" in result.detail
+    assert fresh.stats()["fault_timeout"] == 1
+
+
 def test_server_down() -> None:
     url = f"http://127.0.0.1:{closed_port()}/v1"
     models = {"m": {"model": "x", "base_url": url}}
@@ -190,3 +201,17 @@ def test_run_refuses_before_any_episode_and_no_check_skips(
     lines = (out / "episodes.jsonl").read_text().splitlines()
     records = [yaml.safe_load(line) for line in lines]
     assert len(records) == 2 and {r["outcome"] for r in records} == {"error"}
+
+
+def test_run_starts_after_a_passing_check(
+    fresh: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    config = write(tmp_path, wire({"m": entry(fresh, "solver-m")}, "m", variant="text"))
+    out = tmp_path / "run"
+    main(["run", config, "--out", str(out), "--quiet"])
+    records = [yaml.safe_load(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and "error" not in {r["outcome"] for r in records}
+    # The check's one request, then the run's own.
+    made = sum(c["requests"] for r in records for c in r["model_calls"].values())
+    assert made > 0 and fresh.stats()["requests"] == 1 + made
