@@ -29,6 +29,8 @@ import orjson
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.trace import SpanKind, StatusCode
 
+from parley.observability.light_spans import LightSpan
+
 # OTLP's enum numbers (opentelemetry/proto/trace/v1/trace.proto).
 _KIND = {
     SpanKind.INTERNAL: 1,
@@ -64,72 +66,86 @@ def any_value(value: Any) -> dict[str, Any]:
     return {"stringValue": str(value)}
 
 
+_SPAN = (
+    b'{"traceId":"%032x","spanId":"%016x",%b"name":%b,"kind":%d,'
+    b'"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":[%b]%b}'
+)
+_GROUP = b'{"resource":%b,"scopeSpans":[%b]}'
+_SCOPE = b'{"scope":%b,"spans":[%b]}'
+
+
 class Encoder:
     """Finished SDK spans → OTLP JSON lines, fast.
 
-    Most attribute values of a run repeat (operation names, models, roles, topics), so a short
-    string's ``{"key", "value"}`` object is built once and reused; orjson then writes each
-    batch in one call. Not thread-safe: one encoder per writer thread.
+    Spans are put together as bytes: most attribute values of a run repeat (operation names,
+    models, roles, turn numbers), so the JSON of such a ``{"key", "value"}`` pair is made once
+    and reused, as is each span name's; only the rest goes through orjson. Not thread-safe:
+    one encoder per writer thread.
     """
 
     CACHE_MAX = 50_000
 
     def __init__(self) -> None:
-        self._pairs: dict[tuple[str, Any], dict[str, Any]] = {}
-        self._resources: dict[int, tuple[Any, dict[str, Any]]] = {}
+        self._pairs: dict[tuple[str, Any], bytes] = {}
+        self._keys: dict[str, bytes] = {}
+        self._names: dict[str, bytes] = {}
+        self._resources: dict[int, tuple[Any, bytes]] = {}
+        self._scopes: dict[tuple[str, str], bytes] = {}
 
-    def attributes(self, attributes: Any) -> list[dict[str, Any]]:
+    def _pair(self, key: str, value: Any) -> bytes:
+        prefix = self._keys.get(key)
+        if prefix is None:
+            prefix = self._keys[key] = b'{"key":' + orjson.dumps(key) + b',"value":'
+        kind = type(value)
+        if kind is str:
+            return prefix + b'{"stringValue":' + orjson.dumps(value) + b"}}"
+        if kind is int:
+            return prefix + b'{"intValue":"%d"}}' % value
+        return prefix + orjson.dumps(any_value(value), default=str) + b"}"
+
+    def attributes(self, attributes: Any) -> bytes:
+        """The ``KeyValue`` list of ``attributes`` (without its brackets)."""
+        if not attributes:
+            return b""
         pairs = self._pairs
         out = []
-        for key, value in attributes.items():
+        for item in attributes.items():
+            value = item[1]
             kind = type(value)
-            if (kind is str and len(value) <= 80) or kind is bool or kind is int:
-                item = pairs.get((key, value))
-                if item is None:
+            if (kind is str and len(value) <= 80) or kind is int or kind is bool:
+                found = pairs.get(item)
+                if found is None:
                     if len(pairs) >= self.CACHE_MAX:
                         pairs.clear()
-                    item = pairs[(key, value)] = {"key": key, "value": any_value(value)}
-                out.append(item)
+                    found = pairs[item] = self._pair(*item)
+                out.append(found)
             else:
-                out.append({"key": key, "value": any_value(value)})
-        return out
+                out.append(self._pair(*item))
+        return b",".join(out)
 
-    def _resource(self, resource: Any) -> dict[str, Any]:
+    def _resource(self, resource: Any) -> bytes:
         found = self._resources.get(id(resource))
         if found is None or found[0] is not resource:
-            found = (resource, {"attributes": self.attributes(resource.attributes)})
+            found = (resource, b'{"attributes":[' + self.attributes(resource.attributes) + b"]}")
             self._resources[id(resource)] = found
         return found[1]
 
-    def span(self, span: ReadableSpan) -> dict[str, Any]:
-        ctx = span.get_span_context()
-        out: dict[str, Any] = {
-            "traceId": f"{ctx.trace_id:032x}",
-            "spanId": f"{ctx.span_id:016x}",
-            "name": span.name,
-            "kind": _KIND[span.kind],
-            "startTimeUnixNano": str(span.start_time or 0),
-            "endTimeUnixNano": str(span.end_time or 0),
-        }
-        parent = span.parent
-        if parent is not None:
-            out["parentSpanId"] = f"{parent.span_id:016x}"
-        attributes = span.attributes
-        if attributes:
-            out["attributes"] = self.attributes(attributes)
+    def _extras(self, span: ReadableSpan) -> bytes:
+        """Status, events and links (few spans have any)."""
+        out: dict[str, Any] = {}
         status = span.status
         if status.status_code is not StatusCode.UNSET:
-            out["status"] = (
-                {"code": _STATUS[status.status_code], "message": status.description}
-                if status.description
-                else {"code": _STATUS[status.status_code]}
-            )
+            out["status"] = {"code": _STATUS[status.status_code]}
+            if status.description:
+                out["status"]["message"] = status.description
         if span.events:
             out["events"] = [
                 {
                     "timeUnixNano": str(e.timestamp),
                     "name": e.name,
-                    "attributes": self.attributes(e.attributes or {}),
+                    "attributes": [
+                        {"key": k, "value": any_value(v)} for k, v in (e.attributes or {}).items()
+                    ],
                 }
                 for e in span.events
             ]
@@ -138,40 +154,69 @@ class Encoder:
                 {
                     "traceId": f"{link.context.trace_id:032x}",
                     "spanId": f"{link.context.span_id:016x}",
-                    "attributes": self.attributes(link.attributes or {}),
+                    "attributes": [
+                        {"key": k, "value": any_value(v)}
+                        for k, v in (link.attributes or {}).items()
+                    ],
                 }
                 for link in span.links
             ]
-        return out
+        if not out:
+            return b""
+        return b"," + orjson.dumps(out, default=str)[1:-1]
 
-    def request(self, spans: Iterable[ReadableSpan]) -> dict[str, Any]:
-        """One ``ExportTraceServiceRequest`` of ``spans`` (grouped by resource and scope)."""
-        groups: dict[tuple[int, str, str], tuple[Any, Any, list[dict[str, Any]]]] = {}
-        for span in spans:
-            scope = span.instrumentation_scope
-            name = scope.name if scope is not None else ""
-            version = (scope.version or "") if scope is not None else ""
-            key = (id(span.resource), name, version)
-            group = groups.get(key)
-            if group is None:
-                group = groups[key] = (span.resource, scope, [])
-            group[2].append(self.span(span))
-        by_resource: dict[int, dict[str, Any]] = {}
-        for (resource_id, name, version), (resource, _, encoded) in groups.items():
-            entry = by_resource.get(resource_id)
-            if entry is None:
-                entry = by_resource[resource_id] = {
-                    "resource": self._resource(resource),
-                    "scopeSpans": [],
-                }
-            scope_json: dict[str, Any] = {"name": name}
-            if version:
-                scope_json["version"] = version
-            entry["scopeSpans"].append({"scope": scope_json, "spans": encoded})
-        return {"resourceSpans": list(by_resource.values())}
+    def span(self, span: ReadableSpan) -> bytes:
+        """One span's OTLP JSON."""
+        ctx = span.get_span_context()
+        assert ctx is not None
+        parent = span.parent
+        name = span.name
+        name_json = self._names.get(name)
+        if name_json is None:
+            if len(self._names) >= self.CACHE_MAX:
+                self._names.clear()
+            name_json = self._names[name] = orjson.dumps(name)
+        if type(span) is LightSpan:
+            attributes = span._attributes
+            plain = span._status.status_code is StatusCode.UNSET and not span._events
+            plain = plain and not span._links
+        else:
+            attributes = span.attributes
+            plain = False
+        return _SPAN % (
+            ctx.trace_id,
+            ctx.span_id,
+            b'"parentSpanId":"%016x",' % parent.span_id if parent is not None else b"",
+            name_json,
+            _KIND[span.kind],
+            span.start_time or 0,
+            span.end_time or 0,
+            self.attributes(attributes),
+            b"" if plain else self._extras(span),
+        )
 
     def line(self, spans: Iterable[ReadableSpan]) -> bytes:
-        return orjson.dumps(self.request(spans), default=str) + b"\n"
+        """One ``ExportTraceServiceRequest`` of ``spans`` (grouped by resource and scope), as a
+        line of JSON."""
+        groups: dict[int, tuple[Any, dict[tuple[str, str], list[bytes]]]] = {}
+        for span in spans:
+            scope = span.instrumentation_scope
+            key = (scope.name, scope.version or "") if scope is not None else ("", "")
+            group = groups.get(id(span.resource))
+            if group is None:
+                group = groups[id(span.resource)] = (span.resource, {})
+            group[1].setdefault(key, []).append(self.span(span))
+        parts = []
+        for resource, scopes in groups.values():
+            scope_parts = []
+            for key, encoded in scopes.items():
+                scope_json = self._scopes.get(key)
+                if scope_json is None:
+                    named = {"name": key[0], **({"version": key[1]} if key[1] else {})}
+                    scope_json = self._scopes[key] = orjson.dumps(named)
+                scope_parts.append(_SCOPE % (scope_json, b",".join(encoded)))
+            parts.append(_GROUP % (self._resource(resource), b",".join(scope_parts)))
+        return b'{"resourceSpans":[' + b",".join(parts) + b"]}\n"
 
 
 class OtlpJsonSpanWriter(SpanProcessor):
