@@ -133,6 +133,9 @@ class ResponseCache:
         self.hits = 0
         self.misses = 0
         self.stored = 0
+        # Replays per key, written to the file when the cache closes (one transaction, rather
+        # than a write for every read).
+        self._replayed: dict[str, int] = {}
 
     def _db(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -155,7 +158,7 @@ class ResponseCache:
         row = db.execute("SELECT value FROM replies WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
-        db.execute("UPDATE replies SET hits = hits + 1 WHERE key = ?", (key,))
+        self._replayed[key] = self._replayed.get(key, 0) + 1
         value: dict[str, Any] = orjson.loads(row[0])
         return value
 
@@ -188,8 +191,18 @@ class ResponseCache:
 
         def shut() -> None:
             if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+                replayed, self._replayed = self._replayed, {}
+                conn, self._conn = self._conn, None
+                try:
+                    if replayed:
+                        conn.execute("BEGIN IMMEDIATE")  # one transaction for all
+                        conn.executemany(
+                            "UPDATE replies SET hits = hits + ? WHERE key = ?",
+                            [(n, key) for key, n in replayed.items()],
+                        )
+                        conn.execute("COMMIT")
+                finally:
+                    conn.close()
 
         with contextlib.suppress(sqlite3.Error, RuntimeError):
             await asyncio.get_running_loop().run_in_executor(self._pool, shut)
