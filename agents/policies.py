@@ -88,7 +88,14 @@ class HumanPolicy:
 
     async def decide(self, prompt: Prompt) -> Decision:
         start = time.perf_counter()
-        text = await anyio.to_thread.run_sync(self._ask, prompt)
+        terminal = _stdin_lines() if self._read is input else None
+        if terminal is not None:
+            # The real stdin: read from the event loop (loop.add_reader), so Ctrl-C (which
+            # cancels the episode) ends the wait at once instead of when a line is typed.
+            self._show_prompt(prompt)
+            text = await terminal.reply()
+        else:  # a given read function (or a replaced sys.stdin): read it in a thread
+            text = await anyio.to_thread.run_sync(self._ask, prompt, abandon_on_cancel=True)
         return Decision(
             text=text,
             model="human",
@@ -97,6 +104,20 @@ class HumanPolicy:
         )
 
     def _ask(self, prompt: Prompt) -> str:
+        self._show_prompt(prompt)
+        lines: list[str] = []
+        while True:
+            try:
+                line = self._read("")
+            except EOFError:
+                break
+            if not line and lines:
+                break
+            lines.append(line)
+        sys.stdout.flush()
+        return "\n".join(lines)
+
+    def _show_prompt(self, prompt: Prompt) -> None:
         write = self._write
         write(f"\n===== {prompt.role}, turn {prompt.turn} =====")
         if prompt.turn == 0 or not prompt.history:
@@ -114,17 +135,7 @@ class HumanPolicy:
         if prompt.working.legal_actions:
             write("Actions: " + ", ".join(prompt.working.legal_actions))
         write("Your reply (end with an empty line):")
-        lines: list[str] = []
-        while True:
-            try:
-                line = self._read("")
-            except EOFError:
-                break
-            if not line and lines:
-                break
-            lines.append(line)
         sys.stdout.flush()
-        return "\n".join(lines)
 
     def _show(self, part: ImagePart) -> str:
         """Where the person can look at an image (its bytes, when present, go to a file)."""
@@ -138,6 +149,84 @@ class HumanPolicy:
 
     async def aclose(self) -> None:
         return None
+
+
+class _StdinLines:
+    """Lines of the process's stdin, read from the event loop (``loop.add_reader`` on its file
+    descriptor) rather than by a thread blocked in ``input()``: a cancelled wait (Ctrl-C ends
+    the episode) stops at once, and what was typed so far stays buffered for the next prompt.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = b""
+        self.eof = False
+
+    def _line(self) -> str | None:
+        if b"\n" in self.buffer:
+            line, _, self.buffer = self.buffer.partition(b"\n")
+            return line.decode(errors="replace").rstrip("\r")
+        if self.eof and self.buffer:
+            line, self.buffer = self.buffer, b""
+            return line.decode(errors="replace")
+        return None
+
+    async def readline(self) -> str | None:
+        """The next line (without its end), or None at the end of input."""
+        while (line := self._line()) is None:
+            if self.eof:
+                return None
+            loop = asyncio.get_running_loop()
+            ready: asyncio.Future[None] = loop.create_future()
+
+            def on_readable(ready: asyncio.Future[None] = ready) -> None:
+                if not ready.done():
+                    ready.set_result(None)
+
+            loop.add_reader(self.fd, on_readable)
+            try:
+                await ready
+            finally:
+                loop.remove_reader(self.fd)
+            data = os.read(self.fd, 65536)  # readable: does not block
+            self.eof = not data
+            self.buffer += data
+        return line
+
+    async def reply(self) -> str:
+        """Lines up to an empty line after some text (or the end of input), joined."""
+        lines: list[str] = []
+        while True:
+            line = await self.readline()
+            if line is None or (not line and lines):
+                break
+            lines.append(line)
+        return "\n".join(lines)
+
+
+_STDIN: _StdinLines | None = None
+
+
+def _stdin_lines() -> _StdinLines | None:
+    """The shared reader of the real stdin, or None where it cannot be watched by the event
+    loop (stdin replaced, e.g. by a test, or not a file descriptor the loop can poll)."""
+    global _STDIN
+    if sys.stdin is not sys.__stdin__ or sys.stdin is None:
+        return None
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError):
+        return None
+    if _STDIN is None or _STDIN.fd != fd:
+        import stat
+
+        # A terminal, pipe or socket can be polled; epoll refuses regular files and devices
+        # such as /dev/null: those are read in a thread.
+        mode = os.fstat(fd).st_mode
+        if not (os.isatty(fd) or stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            return None
+        _STDIN = _StdinLines(fd)
+    return _STDIN
 
 
 class SeatClosed(RuntimeError):

@@ -210,6 +210,9 @@ class GameBlock(Strict):
     repetitions: int = Field(default=1, ge=1)
     settings: dict[str, Any] = Field(default_factory=dict)
     memory: dict[str, MemorySpec] = Field(default_factory=dict)
+    # Model players of this game reply with one of the turn's legal actions
+    # (agents/backends/constrain.py); ``off`` plays free whatever the models say.
+    constrain: Literal["legal_actions", "off"] | None = None
 
     def seed_list(self) -> list[int]:
         return self.seeds.seeds() if isinstance(self.seeds, SeedRange) else list(self.seeds)
@@ -288,6 +291,9 @@ class ExperimentConfig(Strict):
     # recorders need) or "all" (also every turn request and response, prompts and images).
     bus_mirror: Literal["events", "all"] = "events"
     episode_timeout_s: float | None = Field(default=None, gt=0)
+    # Stop the run once more than this share of its ended episodes are errors (judged from
+    # 10 ended episodes on; runtime/scheduler.py error_watch). None: never stop for errors.
+    fail_on_error: float | None = Field(default=None, gt=0, le=1)
     tracing: TracingConfig = Field(default_factory=TracingConfig)
     # The game's state for dashboards, after every step (see StateConfig).
     state: StateConfig = Field(default_factory=StateConfig)
@@ -296,6 +302,9 @@ class ExperimentConfig(Strict):
     models: dict[str, ModelSpec] = Field(default_factory=dict)
     # Where memory across episodes lives (games.*.memory.*.across; docs/memory.md).
     memory_store: MemoryStoreConfig = Field(default_factory=MemoryStoreConfig)
+    # Replay identical model requests from a response cache (agents/backends/cache.py): true
+    # (the default file), a path, or false; a model's own ``cache:`` wins.
+    cache: bool | str = False
 
     @field_validator("name")
     @classmethod
@@ -313,6 +322,14 @@ class ExperimentConfig(Strict):
             "expected a number of processes from 1 to 256, 'auto' (one per core) or 'remote' "
             "(parley worker processes over an MQTT bus)"
         )
+
+    @model_validator(mode="after")
+    def _model_caches(self) -> ExperimentConfig:
+        if self.cache is not False:
+            for spec in self.models.values():
+                if spec.cache is None:
+                    spec.cache = self.cache
+        return self
 
     @model_validator(mode="after")
     def _model_names(self) -> ExperimentConfig:
@@ -444,22 +461,49 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         keys = path.strip().split(".")
         target: Any = data
         for i, key in enumerate(keys[:-1]):
-            nxt: Any = target[int(key)] if isinstance(target, list) else target.get(key)
+            if isinstance(target, list):
+                nxt: Any = target[_list_index(target, keys, i)]
+            elif isinstance(target, dict):
+                nxt = target.get(key)
+            else:
+                raise _not_a_container(target, keys, i)
             if nxt is None:
                 nxt = {}
-                if isinstance(target, list):
-                    raise ConfigError(
-                        [(".".join(keys[: i + 1]), _MISSING, "no such list item")], "--set"
-                    )
                 target[key] = nxt
             target = nxt
         last = keys[-1]
         value = yaml.safe_load(raw)
         if isinstance(target, list):
-            target[int(last)] = value
-        else:
+            target[_list_index(target, keys, len(keys) - 1)] = value
+        elif isinstance(target, dict):
             target[last] = value
+        else:
+            raise _not_a_container(target, keys, len(keys) - 1)
     return data
+
+
+def _list_index(items: list[Any], keys: list[str], i: int) -> int:
+    """``keys[i]`` as an index of ``items``, or a :class:`ConfigError` naming the path."""
+    path = ".".join(keys[: i + 1])
+    n = len(items)
+    span = "the list is empty" if n == 0 else f"the list has {n} item{'s' if n > 1 else ''}"
+    span += "" if n == 0 else " (index 0)" if n == 1 else f" (indexes 0–{n - 1})"
+    try:
+        index = int(keys[i])
+    except ValueError:
+        raise ConfigError([(path, _MISSING, f"a list index: {span}")], "--set") from None
+    if not 0 <= index < n:
+        raise ConfigError([(path, _MISSING, f"no such list item: {span}")], "--set")
+    return index
+
+
+def _not_a_container(value: Any, keys: list[str], i: int) -> ConfigError:
+    """An override that goes inside a plain value (``name.x=1`` where ``name`` is text)."""
+    parent = ".".join(keys[:i])
+    return ConfigError(
+        [(".".join(keys[: i + 1]), _MISSING, f"{parent} is {value!r}, which has no fields")],
+        "--set",
+    )
 
 
 def load_config(
