@@ -217,3 +217,27 @@ def test_resume_refuses_a_folder_made_by_another_config(
     assert main(["run", str(config), "--out", str(out), "--resume"]) == 0
     assert main(["run", str(config), "--out", str(out), "--force-resume", *more]) == 0
     assert len(read_records(out)) == 5
+
+
+def test_failure_reasons_group_by_cause_not_by_the_figures_that_vary() -> None:
+    """Two servers down, each for several episodes that took different times to give up:
+    two reasons, with their counts; the addresses (which server) are kept apart."""
+
+    def down(port: int, seconds: float, n: int) -> dict[str, Any]:
+        return {
+            "episode": f"ep-{port}-{n}",
+            "game": "comma.wire",
+            "outcome": "error",
+            "reason": f"solver failed: ModelUnavailable: model m{port} unreachable: gave up "
+            f"after 2 attempts in {seconds} s; last: Cannot connect to host 127.0.0.1:{port}",
+            "spec": {"players": {"solver": {"kind": "llm", "model": f"m{port}"}}},
+        }
+
+    records = [down(9001, 0.1 * i, i) for i in range(3)] + [down(9002, 2.5, 0)]
+    records.append({"episode": "fine", "game": "comma.wire", "outcome": "success", "spec": {}})
+    reasons = failure_reasons(records)
+    assert [(n, where) for n, _, where, _ in reasons] == [
+        (3, ["comma.wire", "m9001"]),
+        (1, ["comma.wire", "m9002"]),
+    ]
+    assert "127.0.0.1:9001" in reasons[0][1] and "in … s" in reasons[0][1]
