@@ -1,7 +1,8 @@
 """Model servers a run starts itself (``launch:`` in a model entry), and the run's model pool.
 
 ``open_models`` is what a run wraps its episodes in: it starts every server the episodes need
-(``vllm serve`` by default, or the command given), waits until each answers its health check,
+(``vllm serve`` by default, or the command given; one per replica, each an endpoint of the
+model's balancer), waits until each answers its health check,
 hands out one :class:`ModelPool` shared by all episodes, and at the end closes every connection
 and stops the servers, keeping their logs in ``<run>/logs/<model>.log``. A server that fails to
 come up does not stop the run: the episodes of its model end as ``error`` with the reason.

@@ -24,7 +24,9 @@ class ModelPool:
     Endpoints are keyed by (backend, base URL, API-key variable): two registry entries served
     by one server (two LoRA adapters on one vLLM, or the sim server) share one connection pool
     and one concurrency limit, configured by whichever entry is used first. ``urls`` adds base
-    URLs per model (the launcher's servers). ``aclose()`` closes every connection.
+    URLs per model (the launcher's servers, one per replica: each an endpoint of the model's
+    balancer). Models with ``cache:`` get the response cache of their file, one per file.
+    ``aclose()`` closes every connection and cache.
     """
 
     def __init__(
