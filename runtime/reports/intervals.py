@@ -158,9 +158,9 @@ def grouped_intervals(
     nothing to estimate). A group of one item is held fixed (it has no spread to resample);
     with no group of two or more items there is no interval.
     """
-    groups = [list(g) for g in groups]
-    estimates = list(statistic(groups))
-    varying = [i for i, g in enumerate(groups) if len(g) >= 2]
+    items: list[list[T]] = [list(g) for g in groups]
+    estimates = list(statistic(items))
+    varying = [i for i, g in enumerate(items) if len(g) >= 2]
     intervals: list[Interval | None] = [
         None if e is None or math.isnan(e) else Interval(float(e), None, None) for e in estimates
     ]
@@ -169,12 +169,12 @@ def grouped_intervals(
     import numpy as np
 
     def resampled(*indices: Any) -> Any:
-        chosen = list(groups)
+        chosen = list(items)
         for i, idx in zip(varying, indices, strict=True):
-            chosen[i] = [groups[i][int(j)] for j in idx]
+            chosen[i] = [items[i][int(j)] for j in idx]
         return np.array([math.nan if v is None else float(v) for v in statistic(chosen)])
 
-    data = tuple(np.arange(len(groups[i]), dtype=float) for i in varying)
+    data = tuple(np.arange(len(items[i]), dtype=float) for i in varying)
     # A Python statistic per resample: BCa's jackknife (one call per item) only for small runs.
     bounds = _bootstrap(data, resampled, False, level, bca_max=1000)
     out: list[Interval | None] = []

@@ -164,13 +164,16 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
         for task, *_ in TABLES:
             per_game = values.get("e2e_main" if task == "e2e" else task, {}).get(label, {})
             games = [g for g in GAMES if g in per_game]
+
             # The star-weighted mean of the game means; the bootstrap resamples within games.
-            interval = grouped_interval(
-                [per_game[g] for g in games],
-                lambda groups, task=task, games=games: aggregate(
+            def weighted(
+                groups: list[list[float]], task: str = task, games: list[str] = games
+            ) -> float | None:
+                return aggregate(
                     task, {g: sum(v) / len(v) for g, v in zip(games, groups, strict=True)}
-                ),
-            )
+                )
+
+            interval = grouped_interval([per_game[g] for g in games], weighted)
             cells.append(cell(interval, 3))
         body.append([label, *cells])
     parts += [
