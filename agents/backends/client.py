@@ -377,15 +377,20 @@ def usage_details(raw: Any) -> dict[str, int]:
     """Token counts a response reports beyond input and output: ``reasoning`` (OpenAI's
     ``completion_tokens_details.reasoning_tokens``, part of the output), ``cache_read`` and
     ``cache_write`` (Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens``,
-    apart from the other input tokens). Values that are not whole numbers are ignored."""
+    OpenAI's ``prompt_tokens_details.cached_tokens``: apart from the other input tokens).
+    Values that are not whole numbers are ignored."""
     usage = raw.get("usage") if isinstance(raw, dict) else None
     if not isinstance(usage, dict):
         return {}
     out: dict[str, int] = {}
     details = usage.get("completion_tokens_details")
+    prompt = usage.get("prompt_tokens_details")
     found = [
         ("reasoning", details.get("reasoning_tokens") if isinstance(details, dict) else None),
         ("cache_read", usage.get("cache_read_input_tokens")),
+        # OpenAI (and vLLM with --enable-prompt-tokens-details): prompt tokens its prefix
+        # cache served, which parse_openai takes out of the input.
+        ("cache_read", prompt.get("cached_tokens") if isinstance(prompt, dict) else None),
         ("cache_write", usage.get("cache_creation_input_tokens")),
     ]
     for key, value in found:

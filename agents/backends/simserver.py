@@ -137,8 +137,9 @@ class SimConfig(_Strict):
     api_key_env: str | None = None
     healthy: bool = True
     seed: int = 0
-    # Anthropic prompt caching: a system prompt seen before is read from the cache, a new one
-    # written to it (usage cache_read_input_tokens / cache_creation_input_tokens).
+    # Prompt caching: a system prompt seen before is read from the cache, a new one written to
+    # it (Anthropic: cache_read_input_tokens / cache_creation_input_tokens; OpenAI:
+    # prompt_tokens_details.cached_tokens, reads only).
     prompt_cache: bool = False
     # The batch APIs (OpenAI files + batches, Anthropic message batches): agents/backends/batch.py.
     batch: SimBatchConfig = Field(default_factory=SimBatchConfig)
@@ -516,18 +517,26 @@ class SimServer:
 
     def _extra_usage(self, api: str, body: dict[str, Any], model: str, n_in: int) -> dict[str, Any]:
         """What a reply carries beyond its text: a reasoning model's reasoning (OpenAI API),
-        and prompt-cache reads/writes of the system prompt (Anthropic API, ``prompt_cache``)."""
+        and with ``prompt_cache`` the system prompt's tokens as cache reads (seen before) or
+        writes (Anthropic API; OpenAI's ``prompt_tokens_details.cached_tokens`` has reads)."""
         extra: dict[str, Any] = {}
         if api == "openai" and is_reasoning_name(model):
             extra["reasoning"] = _reasoning_text(body)
             self.stats["reasoning_replies"] += 1
-        if api == "anthropic" and self.config.prompt_cache:
-            system, _ = _text_of(body.get("system"))
+        if self.config.prompt_cache:
+            if api == "anthropic":
+                system, _ = _text_of(body.get("system"))
+            else:
+                messages = body.get("messages") or []
+                first = messages[0] if messages and isinstance(messages[0], dict) else {}
+                system = _text_of(first.get("content"))[0] if first.get("role") == "system" else ""
             tokens = min(n_in, _tokens_of(system)) if system else 0
             if tokens:
                 key = "cache_read" if system in self.cached_prompts else "cache_write"
                 self.cached_prompts.add(system)
-                extra[key] = tokens
+                # OpenAI reports reads only (writing its prefix cache costs nothing extra).
+                if api == "anthropic" or key == "cache_read":
+                    extra[key] = tokens
                 self.stats[f"prompt_{key}"] += 1
         return extra
 
@@ -609,6 +618,8 @@ def _usage(api: str, n_in: int, n_out: int, extra: dict[str, Any] | None) -> dic
     reasoning = _tokens_of(extra["reasoning"]) if extra.get("reasoning") else 0
     out = n_out + reasoning  # reasoning tokens are part of the completion, as OpenAI counts
     usage = {"prompt_tokens": n_in, "completion_tokens": out, "total_tokens": n_in + out}
+    if "cache_read" in extra:
+        usage["prompt_tokens_details"] = {"cached_tokens": extra["cache_read"]}
     if "reasoning" in extra:
         usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return usage

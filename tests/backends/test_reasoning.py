@@ -1,7 +1,7 @@
 """Reasoning models and token accounting against the stand-in server: an OpenAI reasoning
 model gets ``max_completion_tokens`` and no sampling parameters (the server refuses them, as
 OpenAI does), its reasoning is kept in the turn's record and counted apart, and Anthropic
-prompt-cache tokens are kept apart from the input and priced apart."""
+prompt-cache tokens (Anthropic, OpenAI) are kept apart from the input and priced apart."""
 
 from __future__ import annotations
 
@@ -116,17 +116,18 @@ async def test_the_server_refuses_sampling_parameters_for_a_reasoning_model(
     assert sim.stats()["unsupported_params"] == 1  # refused, never retried
 
 
-async def test_anthropic_cache_tokens_are_kept_apart_and_priced(
-    sim: SimServerProcess, tmp_path: Path
+@pytest.mark.parametrize("backend", ["anthropic", "openai"])
+async def test_prompt_cache_tokens_are_kept_apart_and_priced(
+    sim: SimServerProcess, tmp_path: Path, backend: str
 ) -> None:
     sim.configure(prompt_cache=True)
     price = {"input_per_mtok": 3.0, "output_per_mtok": 15.0}
     models = {
-        "claude": model(sim, "solver-m", backend="anthropic", images=False, price=price),
-        "expert": model(sim, "expert-m"),
+        "cached": model(sim, "solver-m", backend=backend, images=False, price=price),
+        "expert": model(sim, "expert-m", backend=backend),
     }
     records = await play(
-        wire_config(models, [{"solver": "claude", "expert": "expert"}], seeds=SEEDS), tmp_path
+        wire_config(models, [{"solver": "cached", "expert": "expert"}], seeds=SEEDS), tmp_path
     )
     assert [r["outcome"] for r in records] == ["success"] * 3, [r["reason"] for r in records]
     totals = {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}
@@ -139,11 +140,19 @@ async def test_anthropic_cache_tokens_are_kept_apart_and_priced(
             if m["kind"] == "turn_response" and m["role"] == "solver":
                 usage = m["raw"]["usage"]
                 (call,) = m["calls"]
-                assert call["usage"]["input"] == usage["input_tokens"]
-                assert call["usage"].get("cache_read", 0) == usage["cache_read_input_tokens"]
-    # One system prompt for the game: written once, read after.
-    assert totals["cache_write"] > 0 and totals["cache_read"] > totals["cache_write"]
-    assert totals["input"] > 0
+                if backend == "anthropic":
+                    assert call["usage"]["input"] == usage["input_tokens"]
+                    read = usage["cache_read_input_tokens"]
+                else:
+                    read = (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+                    assert call["usage"]["input"] == usage["prompt_tokens"] - read
+                assert call["usage"].get("cache_read", 0) == read
+    # One system prompt for the game: written once, read after (OpenAI reports reads only).
+    assert totals["cache_read"] > 0 and totals["input"] > 0
+    if backend == "anthropic":
+        assert 0 < totals["cache_write"] < totals["cache_read"]
+    else:
+        assert totals["cache_write"] == 0
     expected = PriceSpec.model_validate(price).cost(totals)
     # Defaults: reads at 0.1×, writes at 1.25× the input price.
     assert expected == pytest.approx(
@@ -156,6 +165,6 @@ async def test_anthropic_cache_tokens_are_kept_apart_and_priced(
         / 1e6
     )
     report = build_report(tmp_path)
-    row = next(line for line in report.splitlines() if line.startswith("| claude "))
+    row = next(line for line in report.splitlines() if line.startswith("| cached "))
     assert f"{expected:,.4f} USD" in row, row
     assert "cache read" in row
