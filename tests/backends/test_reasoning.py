@@ -1,7 +1,7 @@
 """Reasoning models and token accounting against the stand-in server: an OpenAI reasoning
 model gets ``max_completion_tokens`` and no sampling parameters (the server refuses them, as
-OpenAI does), its reasoning is kept in the turn's record and counted apart, and Anthropic
-prompt-cache tokens (Anthropic, OpenAI) are kept apart from the input and priced apart."""
+OpenAI does), its reasoning is kept in the turn's record and counted apart, and prompt-cache
+tokens (Anthropic's and OpenAI's) are kept apart from the input and priced apart."""
 
 from __future__ import annotations
 
