@@ -117,6 +117,21 @@ def models_in_use(config: ExperimentConfig) -> dict[str, bool]:
     """The models the config's episodes play with, each with whether it is shown images (it
     takes images, and a role it plays sees them in some game of the config). Raises
     :class:`~parley.runtime.config.ConfigError` for a config that cannot run."""
+    from parley.runtime.config import PairingMatrix
+
+    # No model anywhere in the pairings (scripted, random, human players): nothing to check,
+    # and no need to expand a config of perhaps many thousands of episodes here.
+    players = [
+        player
+        for block in config.games
+        for pairing in block.pairings
+        for choices in (
+            pairing.matrix.values() if isinstance(pairing, PairingMatrix) else [pairing.values()]
+        )
+        for player in choices
+    ]
+    if not any(player.kind == "llm" for player in players):
+        return {}
     from parley.environments import registry
     from parley.runtime.experiment import expand, image_roles
 
@@ -254,6 +269,7 @@ async def _round_trip(
             "retry": spec.retry.model_copy(update={"max_attempts": 1}),
             "timeout_s": timeout_s,
             "health": spec.health.model_copy(update={"path": None}),
+            "cache": False,  # the check must reach the server, and stays out of the cache
         }
     )
     params = spec.params.model_copy(update={"max_tokens": min(spec.params.max_tokens, 16)})
@@ -512,6 +528,9 @@ def command(args: argparse.Namespace) -> int:
     config = load_config(args.config, args.set)
     used = models_in_use(config)
     if not used:
+        from parley.runtime.experiment import expand
+
+        expand(config)  # the config must still be one that runs (a ConfigError: exit 2)
         console.print("no models to check: every player is scripted, random or human")
         return 0
     results = event_loop.run(check_config(config, timeout_s=args.timeout))

@@ -185,6 +185,7 @@ def test_check_command_exit_codes(
     assert main(["check", good, "--set", "games.0.pairings.0.solver=unknown"]) == 2
     quickstart = str(Path(__file__).parents[2] / "configs" / "quickstart.yaml")
     assert main(["check", quickstart]) == 0
+    assert main(["check", quickstart, "--set", "games.0.game=no.such.game"]) == 2
 
 
 def test_run_refuses_before_any_episode_and_no_check_skips(
