@@ -388,12 +388,13 @@ def export(run: RunLike, fmt: str = "parquet", out: str | Path | None = None) ->
             ) from None
     path = run_path(run)
     target = Path(out) if out is not None else path / "export"
+    tables = (("episodes", episodes(path)), ("turns", turns(path)))  # read (and checked) first
     try:
         target.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExportError(f"cannot write {target}: {exc.strerror or exc}") from None
     written = []
-    for name, frame in (("episodes", episodes(path)), ("turns", turns(path))):
+    for name, frame in tables:
         file = target / f"{name}.{fmt}"
         try:
             if fmt == "parquet":
