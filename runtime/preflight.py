@@ -566,7 +566,11 @@ def check_before_run(config: ExperimentConfig, args: argparse.Namespace) -> int 
     if not failed:
         if not getattr(args, "quiet", False):
             passed = sum(r.status == "ok" for r in results)
-            console.print(f"pre-flight: {passed} model check(s) passed", highlight=False)
+            skipped = [r.model for r in results if r.status == "skipped"]
+            later = (
+                f"; {', '.join(skipped)}: started by the run, not checked here" if skipped else ""
+            )
+            console.print(f"pre-flight: {passed} model check(s) passed{later}", highlight=False)
         return None
     _print(results, console)
     console.print(
