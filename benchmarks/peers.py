@@ -34,6 +34,7 @@ import contextlib
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -132,14 +133,17 @@ def run_watched(
         )
     wall = time.monotonic() - start
     stats = sim.stats()
-    samples = watch.samples
+    samples = watch.samples or [(start, 0, 0)]
     requests = int(stats.get("requests", 0))
-    served = [s for s in samples if s[1] > 0]
-    first = served[0][0] if served else start
-    # The active window: the first request seen to the last reply (nothing in flight after it).
-    last = next((s[0] for s in served if s[1] >= requests and s[2] == 0), samples[-1][0])
-    window = max(1e-3, last - first)
+    # The active window: from the first sample with 1 % of the requests out (parley's pre-run
+    # check of the model sends one request first) to the last reply (nothing in flight).
+    floor = max(2, n // 100)
+    opened = next((s for s in samples if s[1] >= floor), samples[0])
+    last = next((s[0] for s in samples if s[1] >= requests and s[2] == 0), samples[-1][0])
+    window = max(1e-3, last - opened[0])
+    served = requests - (opened[1] - opened[2])  # those not answered when the window opened
     full = next((s[0] for s in samples if s[2] >= 0.99 * n), None)
+    first = opened[0]
     return {
         "ok": done.returncode == 0,
         "returncode": done.returncode,
@@ -147,7 +151,7 @@ def run_watched(
         "requests": requests,
         "wall_s": round(wall, 2),
         "active_s": round(window, 2),
-        "requests_per_s": round(requests / window, 1),
+        "requests_per_s": round(served / window, 1),
         "peak_in_flight": int(stats.get("peak_in_flight", 0)),
         "all_in_flight_after_s": round(full - start, 2) if full is not None else None,
         "first_request_after_s": round(first - start, 2),
@@ -156,7 +160,7 @@ def run_watched(
 
 
 def _children_cpu() -> float:
-    usage = __import__("resource").getrusage(__import__("resource").RUSAGE_CHILDREN)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
@@ -192,7 +196,7 @@ def parley_single(folder: Path, url: str, n: int) -> list[str]:
     path = folder / "parley.yaml"
     path.write_text(yaml.safe_dump(config))
     parley = shutil.which("parley", path=str(Path(sys.executable).parent)) or "parley"
-    return [parley, "run", str(path), "--out", str(folder / "run"), "--quiet"]
+    return [parley, "run", str(path), "--out", str(folder / "run"), "--quiet", "--no-report"]
 
 
 # --- single-turn: Inspect AI -----------------------------------------------------------------
