@@ -37,7 +37,8 @@ class GenerationParams(_Strict):
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     max_tokens: int = Field(default=512, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None
+    # OpenAI's levels (which a model takes varies: gpt-5 adds minimal, gpt-5.1 none).
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
     stop: list[str] = Field(default_factory=list)
     seed: int | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
