@@ -53,7 +53,9 @@ def _filled(arg: str, fill: Mapping[str, str]) -> str:
 
 
 def _has_flag(args: list[str], flag: str) -> bool:
-    return any(a == flag or a.startswith(flag + "=") for a in args)
+    """Whether ``args`` give ``flag``: ``--flag v``, ``--flag=v`` or vLLM's dotted form for
+    JSON fields (``--limit-mm-per-prompt.image 2``)."""
+    return any(a == flag or a.startswith((flag + "=", flag + ".")) for a in args)
 
 
 def launch_command(

@@ -136,7 +136,8 @@ def _command(launch: dict[str, Any], **entry: Any) -> list[str]:
     spec = ModelSpec.model_validate({"model": "m", "launch": launch, **entry})
     assert spec.launch is not None
     command = launch_command(spec, spec.launch, 8000)
-    flags = {a.split("=", 1)[0] for a in command if a.startswith("-")}
+    # (vLLM's dotted form sets one key of a JSON flag: --limit-mm-per-prompt.image 2.)
+    flags = {a.split("=", 1)[0].split(".", 1)[0] for a in command if a.startswith("-")}
     assert flags <= VLLM_0_11_SERVE_FLAGS, flags - VLLM_0_11_SERVE_FLAGS
     return command
 
@@ -209,6 +210,8 @@ def test_the_image_limit_goes_to_vllm_as_json() -> None:
     # A limit in the entry's own args wins; a text-only entry sends none.
     own = _command({"args": ["--limit-mm-per-prompt", '{"image": 1}']}, max_images=3)
     assert _value(own, "--limit-mm-per-prompt") == ['{"image": 1}']
+    dotted = _command({"args": ["--limit-mm-per-prompt.image", "2"]}, max_images=3)
+    assert _value(dotted, "--limit-mm-per-prompt") == []
     assert _value(_command({}, max_images=3, images=False), "--limit-mm-per-prompt") == []
 
 
