@@ -32,7 +32,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -504,6 +504,7 @@ def add_check_command(sub: Any) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"seconds for each model's checks (default {DEFAULT_TIMEOUT_S:g})",
     )
+    check.add_argument("--json", action="store_true", help="print the results as JSON")
     check.set_defaults(fn=command)
 
 
@@ -531,10 +532,15 @@ def command(args: argparse.Namespace) -> int:
         from parley.runtime.experiment import expand
 
         expand(config)  # the config must still be one that runs (a ConfigError: exit 2)
+        if args.json:
+            print("[]")
         console.print("no models to check: every player is scripted, random or human")
         return 0
     results = event_loop.run(check_config(config, timeout_s=args.timeout))
-    _print(results, Console(width=None if sys.stdout.isatty() else 160))
+    if args.json:
+        print(json.dumps([{**asdict(r), "message": r.message} for r in results], indent=2))
+    else:
+        _print(results, Console(width=None if sys.stdout.isatty() else 160))
     failed = [r for r in results if r.status == "failed"]
     if failed:
         console.print(f"[red]{len(failed)} of {len(results)} checks failed[/]")

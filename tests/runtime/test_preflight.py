@@ -4,6 +4,7 @@ server down, image round-trip, all passing, and a run that refuses to start."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,11 +177,18 @@ def write(tmp_path: Path, data: dict[str, Any]) -> str:
 
 
 def test_check_command_exit_codes(
-    fresh: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    fresh: SimServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv(KEY_ENV, KEY)
     good = write(tmp_path, wire({"m": entry(fresh, "solver-m")}, "m", variant="text"))
     assert main(["check", good]) == 0
+    capsys.readouterr()
+    assert main(["check", good, "--json", "--set", "models.m.model=nope"]) == 1
+    [result] = json.loads(capsys.readouterr().out)
+    assert (result["model"], result["status"], result["step"]) == ("m", "failed", "models")
     assert main(["check", good, "--set", "models.m.model=nope"]) == 1
     assert main(["check", good, "--set", "games.0.pairings.0.solver=unknown"]) == 2
     quickstart = str(Path(__file__).parents[2] / "configs" / "quickstart.yaml")
