@@ -23,8 +23,9 @@ from parley.runtime.report import markdown_table
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
     cell,
-    grouped_interval,
     mean_cell,
+    mean_of_means_interval,
+    paired_interval,
     wilson,
 )
 
@@ -60,6 +61,14 @@ def efficiency(psr: float, tokens: float) -> float:
     """The paper's efficiency: harmonic mean of PSR (0–1) and conciseness ``1/(1+tokens/1000)``."""
     c = 1.0 / (1.0 + tokens / 1000.0)
     return 0.0 if psr + c == 0 else 2 * psr * c / (psr + c)
+
+
+def _efficiency(psr: Any, tokens: Any, axis: int = -1) -> Any:
+    """:func:`efficiency` of the means of arrays (vectorised for the bootstrap)."""
+    import numpy as np
+
+    p, c = np.mean(psr, axis=axis), 1.0 / (1.0 + np.mean(tokens, axis=axis) / 1000.0)
+    return 2 * p * c / (p + c)  # c > 0, so p + c > 0
 
 
 def puzzle_of(record: dict[str, Any]) -> str:
@@ -140,10 +149,7 @@ def _cell(values: list[float], scale: float, digits: int, share: bool = False) -
 def _overall(per_puzzle: list[list[float]], scale: float, digits: int) -> str:
     # As in the paper: the mean of the puzzle means; its interval resamples the episodes
     # within each puzzle (a stratified bootstrap).
-    def mean_of_means(groups: list[list[float]]) -> float:
-        return sum(sum(g) / len(g) for g in groups) / len(groups)
-
-    return cell(grouped_interval(per_puzzle, mean_of_means), digits, scale)
+    return cell(mean_of_means_interval(per_puzzle), digits, scale)
 
 
 def by_puzzle_table(
@@ -171,13 +177,7 @@ def pairing_table(rows: list[dict[str, Any]]) -> str:
         g = [r for r in rows if r["group"] == group]
         n = len(g)
         # The paper's efficiency is a function of two means: its interval resamples episodes.
-        eff = grouped_interval(
-            [g],
-            lambda gs: efficiency(
-                sum(r["psr"] for r in gs[0]) / len(gs[0]),
-                sum(r["tokens"] for r in gs[0]) / len(gs[0]),
-            ),
-        )
+        eff = paired_interval([[r["psr"] for r in g], [r["tokens"] for r in g]], _efficiency)
         out.append(
             [
                 group,

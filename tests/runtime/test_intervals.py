@@ -20,6 +20,8 @@ from parley.runtime.reports.intervals import (
     grouped_interval,
     mean_cell,
     mean_interval,
+    mean_of_means_interval,
+    paired_interval,
     rate_cell,
     wilson,
 )
@@ -100,6 +102,30 @@ def test_grouped_interval_resamples_within_groups() -> None:
         pytest.approx(0.3), None, None
     )
     assert grouped_interval([[1.0]], lambda gs: None) is None
+
+
+def test_mean_of_means_and_paired_intervals() -> None:
+    groups = [[0.0, 1.0, 1.0, 0.0, 1.0], [0.5, 0.5, 0.5], [0.2]]
+    fast = mean_of_means_interval(groups)
+    assert fast is not None and fast.estimate == pytest.approx((0.6 + 0.5 + 0.2) / 3)
+    assert fast.low is not None and fast.high is not None
+    # Only the first group varies: the interval lies within what its mean can reach.
+    assert (0.0 + 0.5 + 0.2) / 3 <= fast.low < fast.estimate < fast.high <= (1.0 + 0.5 + 0.2) / 3
+    assert mean_of_means_interval(groups) == fast  # seeded
+    weighted = mean_of_means_interval([[1.0, 1.0], [0.0, 0.0]], weights=[3.0, 1.0])
+    assert weighted == Interval(0.75, 0.75, 0.75)  # constant groups, weights 3:1
+    assert mean_of_means_interval([[], []]) is None
+
+    def ratio(a: Any, b: Any, axis: int = -1) -> Any:
+        return np.mean(a, axis=axis) / np.mean(b, axis=axis)
+
+    paired = paired_interval([[1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0, 8.0]], ratio)
+    # Each item keeps its pair: every resample has a ratio of exactly 0.5.
+    assert paired is not None and paired.estimate == pytest.approx(0.5)
+    assert paired.low == pytest.approx(0.5) and paired.high == pytest.approx(0.5)
+    spread = paired_interval([[1.0, 2.0, 3.0, 4.0], [4.0, 1.0, 3.0, 2.0]], ratio)
+    assert spread is not None and spread.low is not None and spread.high is not None
+    assert spread.low < 1.0 < spread.high
 
 
 def _record(game: str, who: str, outcome: str, main: float | None, i: int) -> dict[str, Any]:
