@@ -33,13 +33,14 @@ import random
 import statistics
 import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 if TYPE_CHECKING:
+    from parley.agents.backends.spec import ModelSpec
     from parley.agents.prompt import Prompt
     from parley.environments.registry import GameInfo
     from parley.runtime.config import ExperimentConfig
@@ -157,24 +158,31 @@ class _Sampled:
 class _Counting:
     """A policy that counts what its prompts would cost a model, then lets ``inner`` reply."""
 
-    def __init__(self, inner: Any, tally: _Calls, image_tokens: int) -> None:
+    def __init__(
+        self, inner: Any, tally: _Calls, image_tokens: int, max_images: int | None
+    ) -> None:
         self.name = inner.name
         self.inner = inner
         self.tally = tally
         self.image_tokens = image_tokens
+        self.max_images = max_images  # what the backend sends at most (0: a text-only model)
 
     async def decide(self, prompt: Prompt) -> Any:
         from parley.bus.messages import ImagePart, TextPart
         from parley.tokens import count_tokens
 
+        images = 0
         for message in prompt.messages():
             self.tally.input_tokens += MESSAGE_TOKENS
             for part in message.content:
                 if isinstance(part, TextPart):
                     self.tally.input_tokens += count_tokens(part.text)
                 elif isinstance(part, ImagePart):
-                    self.tally.images += 1
-                    self.tally.input_tokens += self.image_tokens
+                    images += 1
+        if self.max_images is not None:
+            images = min(images, self.max_images)
+        self.tally.images += images
+        self.tally.input_tokens += images * self.image_tokens
         decision = await self.inner.decide(prompt)
         self.tally.output_tokens += count_tokens(decision.text)
         return decision
@@ -217,11 +225,17 @@ def _prose(view: Any, rng: random.Random) -> str:
 
 
 async def play_sample(
-    info: GameInfo, spec: EpisodeSpec, *, strategy: str = "oracle", image_tokens: int = IMAGE_TOKENS
+    info: GameInfo,
+    spec: EpisodeSpec,
+    *,
+    strategy: str = "oracle",
+    image_tokens: int = IMAGE_TOKENS,
+    models: Mapping[str, ModelSpec] | None = None,
 ) -> _Sampled:
     """Play ``spec`` in this process as a run would (same instance, settings, memory policies
     and seeds), model and human roles played by stand-ins (:func:`_stand_in`; ``strategy``
-    ``prose``: a stalling reply), counting each model role's prompt and reply tokens."""
+    ``prose``: a stalling reply), counting each model role's prompt and reply tokens (images
+    as many as ``models``' entry sends: ``max_images``, none for a text-only model)."""
     from parley.agents.agent import Agent
     from parley.bus.messages import TurnRequest, Utterance
     from parley.memory import HistoryPolicy
@@ -241,7 +255,9 @@ async def play_sample(
             policy = make_policy(stand_in, role, info, key, {})
         if spec.players[role].kind == "llm":
             sampled.calls[role] = _Calls()
-            policy = _Counting(policy, sampled.calls[role], image_tokens)
+            model = (models or {}).get(spec.players[role].model or "")
+            cap = None if model is None else (model.max_images if model.images else 0)
+            policy = _Counting(policy, sampled.calls[role], image_tokens, cap)
         memory = spec.memory.get(role)
         history = HistoryPolicy(memory.policy, memory.k) if memory else None
         agents[role] = Agent(role, policy, history=history, memory_key=key, record_prompts=False)
@@ -317,13 +333,14 @@ async def _plan_pairing(
     sample: int,
     turns: int,
     image_tokens: int,
+    models: Mapping[str, ModelSpec],
 ) -> PairingPlan:
     first = specs[0]
     chosen: list[EpisodeSpec] = []
     played: list[_Sampled] = []
     for spec in spread(specs, sample):
         chosen.append(spec)
-        played.append(await play_sample(info, spec, image_tokens=image_tokens))
+        played.append(await play_sample(info, spec, image_tokens=image_tokens, models=models))
         # Long games (a chess engine on every move) stop early: enough turns seen is enough.
         if len(played) >= MIN_SAMPLE and sum(sum(p.turns.values()) for p in played) >= turns:
             break
@@ -331,7 +348,7 @@ async def _plan_pairing(
     if limits is None:
         # No declared limit: the most turns seen by the oracle, random and stalling players.
         others = [
-            await play_sample(info, s, strategy=strategy, image_tokens=image_tokens)
+            await play_sample(info, s, strategy=strategy, image_tokens=image_tokens, models=models)
             for strategy in ("random", "prose")
             for s in chosen
         ]
@@ -397,7 +414,9 @@ async def make_plan(
 
     async def one(game: str, specs: list[EpisodeSpec]) -> PairingPlan:
         async with limit:
-            return await _plan_pairing(registry.get(game), specs, sample, turns, image_tokens)
+            return await _plan_pairing(
+                registry.get(game), specs, sample, turns, image_tokens, config.models
+            )
 
     pairings = list(
         await asyncio.gather(*(one(game, specs) for (game, _), specs in groups.items()))
