@@ -21,11 +21,16 @@ from parley.environments.playground.ratings import (
     GAMES,
     STARS,
     TASK_ABILITIES,
-    aggregate,
     stars_text,
+    weight,
 )
 from parley.records import main_score
-from parley.runtime.reports.intervals import INTERVALS_NOTE, cell, grouped_interval, mean_cell
+from parley.runtime.reports.intervals import (
+    INTERVALS_NOTE,
+    cell,
+    mean_cell,
+    mean_of_means_interval,
+)
 
 TITLES = {
     "tictactoe": "TicTacToe",
@@ -164,16 +169,11 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
         for task, *_ in TABLES:
             per_game = values.get("e2e_main" if task == "e2e" else task, {}).get(label, {})
             games = [g for g in GAMES if g in per_game]
-
-            # The star-weighted mean of the game means; the bootstrap resamples within games.
-            def weighted(
-                groups: list[list[float]], task: str = task, games: list[str] = games
-            ) -> float | None:
-                return aggregate(
-                    task, {g: sum(v) / len(v) for g, v in zip(games, groups, strict=True)}
-                )
-
-            interval = grouped_interval([per_game[g] for g in games], weighted)
+            # The star-weighted mean of the game means (as ``aggregate``); the bootstrap
+            # resamples the episodes within each game.
+            interval = mean_of_means_interval(
+                [per_game[g] for g in games], [weight(g, task) for g in games]
+            )
             cells.append(cell(interval, 3))
         body.append([label, *cells])
     parts += [
