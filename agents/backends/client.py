@@ -720,7 +720,9 @@ class ModelClient:
             key = request_key(self.backend.provider, body)
             entry = await self.cache.get(key)
             if entry is not None:
-                return _replayed(entry, notes)
+                done = _replayed(entry, notes)
+                self._trace_replay(body, done)
+                return done
         calls: list[dict[str, Any]] = []
         start = time.monotonic()
         attempt = 0
@@ -758,6 +760,36 @@ class ModelClient:
                 # Only successes reach here: errors are never cached.
                 await self.cache.put(key, spec.model, _cache_entry(reply, record))
             return done
+
+    def _trace_replay(self, body: dict[str, Any], done: Completion) -> None:
+        """A chat span for a reply the response cache served (``parley.cached``), so that a
+        replayed turn keeps its model call in the trace; no server is named."""
+        tracer = self.tracer()
+        if isinstance(tracer, trace.NoOpTracer):
+            return
+        usage = done.reply.usage
+        details = done.calls[0].get("usage") or {}
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": self.backend.provider,
+            "gen_ai.request.model": self.spec.model,
+            "parley.model": self.name,
+            "parley.cached": True,
+        }
+        if usage is not None:
+            attributes["gen_ai.usage.input_tokens"] = (
+                usage.input_tokens + details.get("cache_read", 0) + details.get("cache_write", 0)
+            )
+            attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
+        if done.reply.finish_reason:
+            attributes["gen_ai.response.finish_reasons"] = [done.reply.finish_reason]
+        conversation = baggage.get_baggage("gen_ai.conversation.id")
+        if conversation:
+            attributes["gen_ai.conversation.id"] = str(conversation)
+        with tracer.start_as_current_span(
+            f"chat {self.spec.model}", kind=trace.SpanKind.CLIENT, attributes=attributes
+        ):
+            pass
 
     def _give_up(self, calls: list[dict[str, Any]], elapsed: float, failure: Failure) -> str:
         kinds = Counter(c.get("outcome", "?") for c in calls)

@@ -81,6 +81,10 @@ async def test_a_rerun_replays_from_the_cache_with_the_server_stopped(
     for r in second:
         for calls in r["model_calls"].values():
             assert calls["cached"] == calls["requests"] and calls["call_s"] == 0.0
+    # The replayed calls keep their chat spans, marked.
+    traces = (tmp_path / "second" / "traces.jsonl").read_text()
+    assert traces.count('"parley.cached"') == requests
+    assert '"parley.cached"' not in (tmp_path / "first" / "traces.jsonl").read_text()
     report = build_report(tmp_path / "second")
     assert f"{requests} of {requests} model calls from the cache." in report
     assert "from the cache" not in build_report(tmp_path / "first")
