@@ -20,7 +20,7 @@ from parley.observability import leaks
 from parley.observability.metrics import turn_timings
 from parley.records import read_records, transcripts
 from parley.runtime.report import fmt, markdown_table, pairing_label
-from parley.runtime.reports.intervals import INTERVALS_NOTE, rate_cell
+from parley.runtime.reports.intervals import INTERVALS_NOTE, cell, paired_interval, rate_cell
 
 
 def _quantile(values: list[float], q: float) -> float | None:
@@ -28,6 +28,13 @@ def _quantile(values: list[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _share(part: Any, whole: Any, axis: int = -1) -> Any:
+    """sum(part) / sum(whole) along ``axis`` (vectorised for the bootstrap)."""
+    import numpy as np
+
+    return np.sum(part, axis=axis) / np.sum(whole, axis=axis)
 
 
 class Timing:
@@ -99,7 +106,11 @@ class Timing:
                     fmt(_quantile(row["agent_s"], 0.5), 3),
                     fmt(_quantile(row["agent_s"], 0.95), 3),
                     fmt(turn_total / n, 3),
-                    fmt(100.0 * agent_total / turn_total if turn_total else None),
+                    # The share of turn time that was the player's, with an interval that
+                    # resamples turns (each turn's two times together).
+                    cell(paired_interval([row["agent_s"], row["turn_s"]], _share), 1, 100.0)
+                    if turn_total
+                    else "–",
                     fmt(1000.0 * runtime / n, 2),
                 ]
             )
