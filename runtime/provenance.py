@@ -171,6 +171,10 @@ async def _get_json(session: Any, url: str, headers: dict[str, str]) -> tuple[An
         return None, f"{type(exc).__name__}: {exc}"[:300]
 
 
+async def _nothing() -> tuple[Any, str | None]:
+    return None, None
+
+
 async def probe_endpoint(
     session: Any, spec: ModelSpec, url: str, key: str | None
 ) -> dict[str, Any]:
@@ -188,7 +192,13 @@ async def probe_endpoint(
         models_url = f"{url.rstrip('/')}/models"
         if key:
             headers["Authorization"] = f"Bearer {key}"
-    models, error = await _get_json(session, models_url, headers)
+    # Both at once, so one endpoint takes at most ENDPOINT_TIMEOUT_S.
+    (models, error), (version, _) = await asyncio.gather(
+        _get_json(session, models_url, headers),
+        _get_json(session, f"{_root(url)}/version", headers)
+        if spec.backend == "openai"
+        else _nothing(),
+    )
     entry: dict[str, Any] = {"url": masked_url(url)}
     if error is None and isinstance(models, dict) and isinstance(models.get("data"), list):
         entry["models"] = [m.get("id") for m in models["data"] if isinstance(m, dict)]
@@ -201,12 +211,9 @@ async def probe_endpoint(
         if any(extra.values()):
             entry["served"] = {k: v for k, v in extra.items() if v}
     else:
-        entry["error"] = error or "an answer without a model list"
-    version, _ = (
-        await _get_json(session, f"{_root(url)}/version", headers)
-        if spec.backend == "openai"
-        else (None, None)
-    )
+        error = error or "an answer without a model list"
+        # An error's text may quote the URL or the key: stored as the URL is, masked.
+        entry["error"] = error.replace(url, masked_url(url)).replace(key or "\0", "***")
     entry["version"] = version.get("version") if isinstance(version, dict) else None
     return entry
 
@@ -250,9 +257,9 @@ async def endpoints_recorded(
     folder: RunFolder, pool: Any, specs: Iterable[EpisodeSpec]
 ) -> AsyncIterator[None]:
     """Ask the endpoints of the models ``specs`` play with what they serve, in the background
-    while the run goes on; on exit add the answers to ``run.json`` as ``endpoints``. A probe
-    still waiting then is given at most ``ENDPOINT_TIMEOUT_S`` more, so the run is never held
-    longer than that; a probe that fails records why."""
+    while the run goes on; at the run's end add the answers to ``run.json`` as ``endpoints``.
+    Each endpoint answers within ``ENDPOINT_TIMEOUT_S`` or records why not, so a run's end
+    waits at most that long (a run that failed or was cut short does not wait)."""
     from parley.runtime.launch import models_used
 
     names = models_used(specs)
@@ -265,15 +272,17 @@ async def endpoints_recorded(
     )
     try:
         yield
-    finally:
-        try:
-            answers: Any = await asyncio.wait_for(task, ENDPOINT_TIMEOUT_S + 1)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # recorded, never a reason to fail the run
-            answers = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-        with contextlib.suppress(OSError, ValueError):
-            folder.note(endpoints=answers)
+    except BaseException:  # the run failed or was cut short: no reason to wait for answers
+        task.cancel()
+        raise
+    try:
+        answers: Any = await asyncio.wait_for(task, ENDPOINT_TIMEOUT_S + 1)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # recorded, never a reason to fail the run
+        answers = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    with contextlib.suppress(OSError, ValueError):
+        folder.note(endpoints=answers)
 
 
 def stamp(meta: dict[str, Any], config: ExperimentConfig) -> dict[str, Any]:
