@@ -30,9 +30,11 @@ import asyncio
 import io
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -375,9 +377,11 @@ async def check_models(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
+    launch: bool = False,
 ) -> list[ModelCheck]:
     """Check ``models`` (registry name → entry) at once, every base URL of each; ``images``
-    says which models get an image in their request (default: those that take images)."""
+    says which models get an image in their request (default: those that take images).
+    Models with ``launch:`` are skipped, or with ``launch`` started, checked and stopped."""
     import os
 
     from parley.agents.backends.client import BACKENDS
@@ -407,25 +411,49 @@ async def check_models(
                 images,
             )
 
+    async def launched(name: str, spec: ModelSpec, images: bool) -> ModelCheck:
+        # Started as the run would start it (its first replica), checked, stopped again.
+        from parley.runtime.launch import LaunchedServer, LaunchFailed
+
+        with tempfile.TemporaryDirectory(prefix="parley-check-") as logs:
+            server = LaunchedServer(name, spec, Path(logs), environ=env)
+            try:
+                try:
+                    url = await server.start()
+                except (LaunchFailed, OSError) as exc:
+                    return ModelCheck(
+                        name,
+                        "failed",
+                        "launch",
+                        f"the server did not come up: {exc}",
+                        f"check models.{name}.launch (command, model, args, gpus)",
+                    )
+                quick = spec.model_copy(update={"launch": None, "base_urls": [url]})
+                result = await bounded(name, quick, url, images)
+                return replace(result, detail=f"started for the check: {result.detail}")
+            finally:
+                await server.stop()
+
     for name, spec in models.items():
         takes = spec.images and spec.max_images != 0
         with_images = takes if images is None else bool(images.get(name)) and takes
-        if spec.launch is not None:
+        problem = _key_problem(name, spec, env)
+        if problem is not None:  # one line for the model, not one per endpoint
+            skipped.append(ModelCheck(name, "failed", problem.step, problem.detail, problem.fix))
+            continue
+        if spec.launch is not None and launch:
+            jobs.append(asyncio.ensure_future(launched(name, spec, with_images)))
+        elif spec.launch is not None:
             skipped.append(
                 ModelCheck(
                     name,
                     "skipped",
                     "launch",
                     "started by the run (launch:), which waits for its health check and "
-                    "ends its episodes as error with the reason if it never comes up",
+                    "ends its episodes as error with the reason if it never comes up; "
+                    "parley check --launch starts it here to check it",
                 )
             )
-        if spec.launch is not None and not spec.base_urls:
-            continue
-        problem = _key_problem(name, spec, env)
-        if problem is not None:  # one line for the model, not one per endpoint
-            skipped.append(ModelCheck(name, "failed", problem.step, problem.detail, problem.fix))
-            continue
         for url in spec.base_urls:
             jobs.append(asyncio.ensure_future(bounded(name, spec, url, with_images)))
     done = list(await asyncio.gather(*jobs))
@@ -438,13 +466,14 @@ async def check_config(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
+    launch: bool = False,
 ) -> list[ModelCheck]:
     """Check the models ``config``'s episodes use (none: an empty list, at once)."""
     used = models_in_use(config)
     if not used:
         return []
     models = {name: config.models[name] for name in config.models if name in used}
-    return await check_models(models, used, timeout_s=timeout_s, environ=environ)
+    return await check_models(models, used, timeout_s=timeout_s, environ=environ, launch=launch)
 
 
 def table(results: list[ModelCheck], title: str = "pre-flight") -> Any:
@@ -504,6 +533,11 @@ def add_check_command(sub: Any) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"seconds for each model's checks (default {DEFAULT_TIMEOUT_S:g})",
     )
+    check.add_argument(
+        "--launch",
+        action="store_true",
+        help="start the servers of launch: models (as the run would), check them, stop them",
+    )
     check.add_argument("--json", action="store_true", help="print the results as JSON")
     check.set_defaults(fn=command)
 
@@ -536,7 +570,7 @@ def command(args: argparse.Namespace) -> int:
             print("[]")
         console.print("no models to check: every player is scripted, random or human")
         return 0
-    results = event_loop.run(check_config(config, timeout_s=args.timeout))
+    results = event_loop.run(check_config(config, timeout_s=args.timeout, launch=args.launch))
     if args.json:
         print(json.dumps([{**asdict(r), "message": r.message} for r in results], indent=2))
     else:

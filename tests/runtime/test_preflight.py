@@ -224,3 +224,26 @@ def test_run_starts_after_a_passing_check(
     # The check's one request, then the run's own.
     made = sum(c["requests"] for r in records for c in r["model_calls"].values())
     assert made > 0 and fresh.stats()["requests"] == 1 + made
+
+
+def test_check_launch_starts_checks_and_stops_the_server(tmp_path: Path) -> None:
+    sim_config = tmp_path / "sim.yaml"
+    sim_config.write_text(yaml.safe_dump({"models": {"served-a": {"text": "OK"}}}))
+    command = f"{{python}} -m parley.agents.backends.simserver --config {sim_config} --host {{host}} --port {{port}}"
+    launch = {"command": command, "startup_timeout_s": 60}
+    models = {
+        "a": {"model": "served-a", "launch": launch},
+        "b": {"model": "served-b", "launch": launch},  # the server serves another name
+    }
+    data = wire(models, "a", "b", variant="text")
+    skipped = check(data)
+    assert {(r.model, r.status) for r in skipped} == {("a", "skipped"), ("b", "skipped")}
+    results = by_model(
+        event_loop.run(check_config(load_config(data), timeout_s=10, environ={}, launch=True))
+    )
+    assert (results["a"].status, results["b"].status) == ("ok", "failed")
+    assert results["b"].step == "models" and "served-a" in results["b"].detail
+    for result in results.values():  # stopped again: nothing answers at its address
+        host, port = result.endpoint.removeprefix("http://").removesuffix("/v1").split(":")
+        with pytest.raises(ConnectionRefusedError), socket.create_connection((host, int(port))):
+            pass
