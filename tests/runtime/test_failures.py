@@ -20,6 +20,7 @@ import yaml
 
 import tests.runtime.faulty_game  # noqa: F401  (registers test.counter)
 from parley.agents.backends.simserver import SimServerProcess
+from parley.observability.dashboard.hub import Hub
 from parley.records import read_records
 from parley.runtime.cli import EXIT_MODEL_FAILED, EXIT_TOO_MANY_ERRORS, build_parser, main
 from parley.runtime.report import failure_reasons, summary_rows
@@ -129,6 +130,13 @@ def test_a_missing_key_fails_loudly_and_retry_errors_plays_the_episodes_again(
     assert sum(int(row[header.index("episodes")]) for row in rows) == 6
     report = (out / "report.md").read_text()
     assert "## Why episodes failed" not in report
+    # The dashboard reading the folder counts each episode once, by its latest record.
+    hub = Hub()
+    state = hub.follow(out)
+    assert state is not None
+    view = hub.run_view(state.run)
+    assert view is not None
+    assert [(p["episodes"], p["success_pct"]) for p in view["pairings"]] == [(3, 100.0)] * 2
 
 
 def test_fail_on_error_stops_the_run_and_what_was_recorded_is_whole(
