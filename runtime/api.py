@@ -61,6 +61,8 @@ def load(config: ConfigLike, overrides: list[str] | tuple[str, ...] = ()) -> Exp
     ``--set``-style ``overrides`` (``"games.0.seeds.count=3"``) applied."""
     from parley.runtime.config import ExperimentConfig, load_config
 
+    if isinstance(overrides, str):  # one override, not a list of its characters
+        overrides = (overrides,)
     if isinstance(config, ExperimentConfig):
         if not overrides:
             return config
