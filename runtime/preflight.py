@@ -104,8 +104,9 @@ def _shown(url: str) -> str:
     return masked_url(url)
 
 
-def tiny_png(side: int = 16) -> bytes:
-    """A small PNG (a two-colour square), made here so that no file is needed."""
+def tiny_png(side: int = 64) -> bytes:
+    """A small PNG (a two-colour square), made here so that no file is needed. Not smaller:
+    some vision models refuse images under 28 pixels a side (Qwen2-VL's resizer)."""
     from PIL import Image, ImageDraw
 
     image = Image.new("RGB", (side, side), (255, 255, 255))
