@@ -342,9 +342,21 @@ def config_differences(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
             a, b = old.get(key), new.get(key)
             if key == "seeds":
                 a, b = _seeds(a), _seeds(b)
-            if a != b:
+            # Pairings and memory are dumps of parley's own models, which may gain fields
+            # (at their defaults); settings are the user's own words, compared as they are.
+            if not (_same(a, b) if key in ("pairings", "memory") else a == b):
                 out.append(f"games.{i}.{key}: {_shown(a)} in the folder, {_shown(b)} now")
     return out
+
+
+def _same(saved: Any, now: Any) -> bool:
+    """``now`` says what ``saved`` says; a key of a mapping that ``saved`` lacks (a field a
+    newer parley added, at its default) is not compared."""
+    if isinstance(saved, dict) and isinstance(now, dict):
+        return set(saved) <= set(now) and all(_same(v, now[k]) for k, v in saved.items())
+    if isinstance(saved, list) and isinstance(now, list):
+        return len(saved) == len(now) and all(_same(a, b) for a, b in zip(saved, now, strict=True))
+    return bool(saved == now)
 
 
 @dataclass

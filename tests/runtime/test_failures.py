@@ -24,6 +24,7 @@ from parley.observability.dashboard.hub import Hub
 from parley.records import read_records
 from parley.runtime.cli import EXIT_MODEL_FAILED, EXIT_TOO_MANY_ERRORS, build_parser, main
 from parley.runtime.report import failure_reasons, summary_rows
+from parley.runtime.reports.intervals import rate_cell
 from parley.runtime.results import LOCK_FILE
 from tests.backends.conftest import FAST_RETRY, base_sim, model, wire_config
 
@@ -107,7 +108,7 @@ def test_a_missing_key_fails_loudly_and_retry_errors_plays_the_episodes_again(
     assert "## Why episodes failed" in report
     ((count, head, where, _),) = failure_reasons(records)
     assert count == 3 and KEY in head and "is not set" in head and "keyed" in where
-    assert f"| 3 | 100.0 | {head} |" in report
+    assert f"| 3 | {rate_cell(3, 3)} | {head} |" in report  # all the errors, with its interval
     retry = _printed_command(err, "play them again with: ")
     assert retry[retry.index("--out") + 1] == str(out) and retry[-1] == "--retry-errors"
 
@@ -221,6 +222,15 @@ def test_resume_refuses_a_folder_made_by_another_config(
     # Another name is named too.
     assert main(["run", str(config), "--out", str(out), "--resume", "--set", "name=x"]) == 1
     assert "name: 'counter' in the folder, 'x' now" in capsys.readouterr().err
+    # Other players are refused too.
+    other = ["--set", "games.0.pairings.0.counter=random"]
+    assert main(["run", str(config), "--out", str(out), "--resume", *other]) == 1
+    assert "games.0.pairings:" in capsys.readouterr().err
+    # A folder whose config.yaml an older parley wrote (a player without a field added
+    # since, at its default) resumes with the same config.
+    saved = yaml.safe_load((out / "config.yaml").read_text())
+    del saved["games"][0]["pairings"][0]["counter"]["params"]
+    (out / "config.yaml").write_text(yaml.safe_dump(saved))
     # The same config resumes; --force-resume adds the new episodes on purpose.
     assert main(["run", str(config), "--out", str(out), "--resume"]) == 0
     assert main(["run", str(config), "--out", str(out), "--force-resume", *more]) == 0
