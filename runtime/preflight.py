@@ -278,8 +278,9 @@ async def _round_trip(
     # A few tokens are enough to prove the round-trip (a reasoning model may spend them all
     # thinking and answer nothing: still an answer).
     small: dict[str, Any] = {"max_tokens": min(spec.params.max_tokens, 16)}
-    if getattr(spec.params, "max_completion_tokens", None):
-        small["max_completion_tokens"] = min(spec.params.max_completion_tokens, 16)
+    most = getattr(spec.params, "max_completion_tokens", None)
+    if most:
+        small["max_completion_tokens"] = min(int(most), 16)
     params = spec.params.model_copy(update=small)
     content: list[TextPart | ImagePart] = [
         TextPart(text="This is a connectivity check. Reply with the single word OK.")
