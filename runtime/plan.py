@@ -452,7 +452,9 @@ def _models(config: ExperimentConfig, pairings: list[PairingPlan]) -> list[Model
             continue
         t, spec = totals[name], config.models[name]
         calls_max = int(t["calls_max"])
-        output_max = calls_max * spec.params.max_tokens
+        # A reasoning model's limit is max_completion_tokens where set (its thinking counts).
+        most = getattr(spec.params, "max_completion_tokens", None) or spec.params.max_tokens
+        output_max = calls_max * int(most)
         cost = cost_max = None
         if spec.price is not None:
             per_in, per_out = spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
