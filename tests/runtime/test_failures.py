@@ -259,3 +259,30 @@ def test_failure_reasons_group_by_cause_not_by_the_figures_that_vary() -> None:
         (1, ["comma.wire", "m9002"]),
     ]
     assert "127.0.0.1:9001" in reasons[0][1] and "in … s" in reasons[0][1]
+
+
+def test_a_run_whose_every_episode_fails_exits_non_zero_with_the_reason(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No model involved: a player that raises in every episode (seed 3 of test.counter)."""
+    config = tmp_path / "broken.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "broken",
+                "tracing": {"enabled": False},
+                "games": [
+                    {
+                        "game": "test.counter",
+                        "seeds": [3],
+                        "repetitions": 2,
+                        "pairings": [{"counter": {"kind": "scripted", "name": "raises_on_3"}}],
+                    }
+                ],
+            }
+        )
+    )
+    assert main(["run", str(config), "--out", str(tmp_path / "run")]) == EXIT_MODEL_FAILED
+    err = capsys.readouterr().err
+    assert "every episode ended in error" in err
+    assert "2 × " in err and "the player broke on purpose" in err
