@@ -405,9 +405,16 @@ async def make_plan(
     from parley.environments import registry
     from parley.runtime.experiment import expand
 
-    groups: dict[tuple[str, str], list[EpisodeSpec]] = {}
+    # One row per game × pairing, and per settings and memory where blocks of one game differ
+    # in them (another turn limit, another memory policy).
+    groups: dict[tuple[str, str, str], list[EpisodeSpec]] = {}
     for spec in expand(config):
-        groups.setdefault((spec.game, spec.pairing_label), []).append(spec)
+        how = json.dumps(
+            [spec.settings, {r: m.model_dump() for r, m in spec.memory.items()}],
+            sort_keys=True,
+            default=str,
+        )
+        groups.setdefault((spec.game, spec.pairing_label, how), []).append(spec)
     # Pairings at once: the search players of board games think in threads or in an engine's
     # process, which then overlap. Each pairing's sample is the same whatever the order.
     limit = asyncio.Semaphore(max(1, os.cpu_count() or 1))
@@ -419,7 +426,7 @@ async def make_plan(
             )
 
     pairings = list(
-        await asyncio.gather(*(one(game, specs) for (game, _), specs in groups.items()))
+        await asyncio.gather(*(one(game, specs) for (game, _, _), specs in groups.items()))
     )
     return Plan(
         config=label or config.name,

@@ -255,3 +255,16 @@ def test_prompt_tokens_count_images_only_where_the_role_is_shown_them() -> None:
     without = roles("image", 0)
     extra = image["solver"].input_tokens - without["solver"].input_tokens
     assert extra == 1000 * image["solver"].images
+
+
+def test_blocks_of_one_game_with_other_limits_are_planned_apart() -> None:
+    def block(start: int, max_turns: int) -> dict[str, Any]:
+        return {
+            "game": "comma.wire",
+            "seeds": {"start": start, "count": 2},
+            "settings": {"max_turns": max_turns},
+            "pairings": [{"solver": "random", "expert": "scripted"}],
+        }
+
+    estimate = plan({"name": "plan-blocks", "games": [block(0, 4), block(10, 8)]})
+    assert [(p.episodes, p.turns_max) for p in estimate.pairings] == [(2, 4 + 3), (2, 8 + 7)]
