@@ -71,6 +71,10 @@ def test_an_out_folder_that_cannot_be_made_is_one_message(tmp_path: Path) -> Non
     assert done.returncode in (1, 2), done.stderr
     assert "Traceback" not in done.stderr and "--out" in done.stderr
     assert str(out) in done.stderr.replace("\n", "")
+    target = blocker / "wire.jsonl"
+    written = parley("instances", "comma.wire", "--count", "2", "--out", str(target))
+    _refused(written, 1, "--out", "cannot write it")
+    assert len(written.stderr.strip().splitlines()) == 1
     assert blocker.read_text() == "not a folder"  # nothing lost
 
 
