@@ -23,6 +23,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 # The shape of what a run folder holds: every ``episodes.jsonl`` record carries it as
 # ``schema_version``, and ``run.json`` as ``schema_version`` too. 1 (no version key): the main
 # score was ``scores["main"]`` and there was no reason code; 2: ``main_score``, ``reason_code``
@@ -33,6 +35,15 @@ SCHEMA_VERSION = 2
 RECORD_SCHEMA = SCHEMA_VERSION  # its name before records carried ``schema_version``
 # Outcomes of an episode that is done with: a resumed run skips them.
 FINISHED = ("success", "lost", "aborted", "error")
+
+
+def loads(line: str | bytes) -> Any:
+    """One JSON line: orjson (about twice as fast on transcripts), or the standard library for
+    what orjson refuses (integers beyond 64 bits); a torn line raises ``ValueError``."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
 
 
 class NewerSchema(Exception):
@@ -123,7 +134,7 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = loads(line)
         except json.JSONDecodeError:
             continue
         check_schema(record, file.parent)
@@ -149,7 +160,7 @@ def transcripts(
             messages = []
             for line in lines:
                 try:
-                    message = json.loads(line)
+                    message = loads(line)
                 except json.JSONDecodeError:
                     continue
                 if message.get("episode") == record["episode"]:
@@ -186,7 +197,7 @@ class RecordedRun:
             else:  # not finished (e.g. cancelled): scan for its messages
                 lines = [line for line in f if episode.encode() in line]
         for line in lines:
-            message = json.loads(line)
+            message = loads(line)
             if message.get("episode") == episode:
                 yield message
 
