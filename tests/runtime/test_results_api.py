@@ -8,6 +8,8 @@ import asyncio
 import json
 import re
 import shutil
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -260,3 +262,22 @@ def test_the_example_of_docs_api_md_runs(tmp_path: Path, monkeypatch: pytest.Mon
     assert result.counts == dict(Counter(df["outcome"].astype(str)))
     assert len(df) == 2 * SEEDS and df["success"].any()
     pd.testing.assert_frame_equal(namespace["df"], df)
+
+
+def test_parquet_without_pyarrow_says_how_to_get_it(
+    run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # as if not installed: import fails
+    assert main(["export", str(run), "--out", str(tmp_path / "t")]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "pip install 'parley[parquet]'" in err and "Traceback" not in err
+    assert not (tmp_path / "t").exists()
+
+
+def test_import_parley_stays_light_and_run_loads_on_use() -> None:
+    code = (
+        "import sys, parley; heavy = [m for m in ('parley.runtime', 'pandas') if m in sys.modules];"
+        "run = parley.run; print(heavy, run.__module__)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["[]", "parley.runtime.api"]
