@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from parley.agents.backends.batch import PRICE_FACTOR as BATCH_PRICE_FACTOR
+from parley.agents.backends.spec import PriceSpec
 from parley.records import main_score
 from parley.runtime.report import fmt, markdown_table, mean
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
@@ -120,14 +122,22 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
             tokens = (r.get("tokens") or {}).get(role) or {}
             s["input"] += int(tokens.get("input", 0))
             s["output"] += int(tokens.get("output", 0))
+            # Reasoning (part of the output) and prompt-cache tokens (apart from the input).
+            for key in ("reasoning", "cache_read", "cache_write"):
+                s[key] = s.get(key, 0) + int(tokens.get(key, 0))
             if role in (r.get("token_source") or {}):
                 s["sources"].add(r["token_source"][role])
             calls = (r.get("model_calls") or {}).get(role) or {}
             s["requests"] += int(calls.get("requests", 0))
             s["attempts"] += int(calls.get("attempts", 0))
             s["call_s"] += float(calls.get("call_s", 0.0))
+            s["cached"] = s.get("cached", 0) + int(calls.get("cached", 0))
             for kind, n in (calls.get("retries") or {}).items():
                 s["retries"][kind] += n
+            # Tokens of replies served from a batch (agents/backends/batch.py): half price.
+            batched = calls.get("batch") or {}
+            s["batch_input"] = s.get("batch_input", 0) + int(batched.get("input", 0))
+            s["batch_output"] = s.get("batch_output", 0) + int(batched.get("output", 0))
             if r["outcome"] == "error" and r.get("reason", "").startswith(f"{role} failed"):
                 s["errors"] += 1
     if not stats:
@@ -156,18 +166,23 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
             str(len(s["episodes"])),
             str(s["requests"]),
             f"{retries} ({detail})" if retries else "0",
-            f"{s['input']:,}" + (f" ({sources})" if sources and sources != "backend" else ""),
-            f"{s['output']:,}",
+            f"{s['input']:,}"
+            + (f" ({sources})" if sources and sources != "backend" else "")
+            + (f" (+{s['cache_read']:,} cache read)" if s.get("cache_read") else "")
+            + (f" (+{s['cache_write']:,} cache write)" if s.get("cache_write") else ""),
+            f"{s['output']:,}" + (f" ({s['reasoning']:,} reasoning)" if s.get("reasoning") else ""),
             fmt(s["call_s"] / s["attempts"], 3) if s["attempts"] else "–",
             str(s["errors"]),
         ]
         if prices:
             price = prices.get(label)
             if price:
-                cost = (
-                    s["input"] * float(price["input_per_mtok"])
-                    + s["output"] * float(price["output_per_mtok"])
-                ) / 1e6
+                # Input, output and prompt-cache reads/writes, each at its price.
+                priced = PriceSpec.model_validate(price)
+                cost = priced.cost(s)
+                # Tokens served from a batch cost BATCH_PRICE_FACTOR of the live price.
+                batched = {"input": s.get("batch_input", 0), "output": s.get("batch_output", 0)}
+                cost -= (1.0 - BATCH_PRICE_FACTOR) * priced.cost(batched)
                 currency = price.get("currency", "USD")
                 total_cost[currency] += cost
                 row.append(f"{cost:,.4f} {currency}")
@@ -175,6 +190,10 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
                 row.append("–")
         rows.append(row)
     parts = ["## Models: usage and cost", "", markdown_table(header, rows), ""]
+    cached = sum(s.get("cached", 0) for s in stats.values())
+    if cached:
+        calls = sum(s["requests"] for s in stats.values())
+        parts += [f"{cached} of {calls} model calls from the cache.", ""]
     if total_cost:
         parts.append(
             "Total cost: " + "; ".join(f"{v:,.4f} {c}" for c, v in sorted(total_cost.items()))
@@ -183,7 +202,44 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
     return "\n".join(parts)
 
 
+def _held(calls: dict[str, Any]) -> str:
+    """How a role's replies in one episode were held to the legal actions."""
+    held, free = int(calls.get("constrained", 0)), int(calls.get("unconstrained", 0))
+    if held and free:
+        return "partly"
+    if held:
+        return "held"
+    return "not expressible" if free else "free"
+
+
+def constrained_table(records: list[dict[str, Any]]) -> str:
+    """Constrained and free play side by side: per game, model and role, the episodes whose
+    replies were held to the legal actions (``constrain: legal_actions``) and those played
+    free. Empty when no episode asked for a constraint."""
+    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
+    asked = False
+    for r in records:
+        spec_players = (r.get("spec") or {}).get("players") or {}
+        for role, label in r["pairing"].items():
+            if (spec_players.get(role) or {}).get("kind") != "llm":
+                continue
+            calls = (r.get("model_calls") or {}).get(role) or {}
+            mode = _held(calls)
+            asked = asked or mode != "free"
+            groups[(r["game"], label, role, mode)].append(r)
+    if not asked:
+        return ""
+    header = ["game", "model", "role", "replies", "episodes", "success %", "main", "error %"]
+    rows = [
+        [game, label, role, mode]
+        + [_cell(group, m) for m in ("episodes", "success %", "main", "error %")]
+        for (game, label, role, mode), group in sorted(groups.items())
+    ]
+    return "\n".join(["## Constrained and free play", "", markdown_table(header, rows), ""])
+
+
 def report(records: list[dict[str, Any]], run_dir: Path) -> str:
     """The pairing tables and the model usage table (empty when there is nothing to show)."""
-    parts = [p for p in (pairing_tables(records), usage_table(records, run_dir)) if p]
+    tables = (pairing_tables(records), constrained_table(records), usage_table(records, run_dir))
+    parts = [p for p in tables if p]
     return "\n".join(parts)
