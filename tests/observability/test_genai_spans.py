@@ -109,3 +109,41 @@ async def test_model_requests_carry_the_chat_spans_traceparent(
         sent[parent_id] = trace_id
     # The header's parent id is the chat span's own id, in the chat span's trace.
     assert sent == {span["span_id"]: span["trace_id"] for span, _ in chats}
+
+
+async def test_histograms_aggregated_by_the_run_reach_the_metrics_file(
+    sim: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Histograms are aggregated by parley itself (metrics.py, LocalHistogram) and added to the
+    # SDK's export: the file holds them beside the SDK's counters, consistent with the record.
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    record = await play(sim, tmp_path, content=False)
+    last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
+    metrics = {
+        m["name"]: m["data"]
+        for rm in last["resource_metrics"]
+        for sm in rm["scope_metrics"]
+        for m in sm["metrics"]
+    }
+    assert metrics["parley.episodes"]["data_points"][0]["value"] == 1
+    calls = record["model_calls"]["solver"]
+    (point,) = metrics["gen_ai.client.operation.duration"]["data_points"]
+    assert point["attributes"] == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "leaky-solver",
+    }
+    assert point["count"] == calls["attempts"] == sum(point["bucket_counts"])
+    assert point["sum"] == pytest.approx(calls["call_s"], abs=1e-3)
+    assert 0 < point["min"] <= point["max"] <= point["sum"]
+    bounds = point["explicit_bounds"]
+    filled = [i for i, n in enumerate(point["bucket_counts"]) if n]
+    assert bounds[filled[0] - 1] < point["min"] if filled[0] else True
+    assert point["max"] <= bounds[filled[-1]] if filled[-1] < len(bounds) else True
+    turns = metrics["parley.turn.duration"]["data_points"]
+    assert sum(p["count"] for p in turns) == 2  # the model's two turns (scripted ones untimed)
+    usage = {
+        p["attributes"]["gen_ai.token.type"]: p
+        for p in metrics["gen_ai.client.token.usage"]["data_points"]
+    }
+    assert usage["input"]["count"] == usage["output"]["count"] == 2
+    assert usage["input"]["sum"] == record["tokens"]["solver"]["input"]
