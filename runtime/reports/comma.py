@@ -25,6 +25,7 @@ from parley.runtime.reports.intervals import (
     cell,
     mean_cell,
     mean_of_means_interval,
+    mean_of_shares_interval,
     paired_interval,
     wilson,
 )
@@ -146,9 +147,12 @@ def _cell(values: list[float], scale: float, digits: int, share: bool = False) -
     return mean_cell(values, digits, scale)
 
 
-def _overall(per_puzzle: list[list[float]], scale: float, digits: int) -> str:
+def _overall(per_puzzle: list[list[float]], scale: float, digits: int, share: bool) -> str:
     # As in the paper: the mean of the puzzle means; its interval resamples the episodes
-    # within each puzzle (a stratified bootstrap).
+    # within each puzzle (a stratified bootstrap), or for a share over puzzles of one size
+    # (the share of all their episodes) is Wilson's.
+    if share:
+        return cell(mean_of_shares_interval(per_puzzle), digits, scale)
     return cell(mean_of_means_interval(per_puzzle), digits, scale)
 
 
@@ -167,7 +171,8 @@ def by_puzzle_table(
             cells.append(_cell(values, scale, digits, key == "success") if values else "–")
             if values:
                 present.append(values)
-        out.append([group, *cells, _overall(present, scale, digits) if present else "–"])
+        overall = _overall(present, scale, digits, key == "success") if present else "–"
+        out.append([group, *cells, overall])
     return markdown_table(["pairing", *(TITLES[p] for p in puzzles), "Overall"], out)
 
 

@@ -230,6 +230,19 @@ def mean_of_means_interval(
     return Interval(estimate, low, high)
 
 
+def mean_of_shares_interval(groups: Sequence[Sequence[float]]) -> Interval | None:
+    """The mean of the groups' shares (values 0 or 1). With groups of one size that is the
+    share of all the items, and its interval is Wilson's (a bootstrap would collapse to a
+    point at 0 % or 100 %); with sizes that differ, the stratified bootstrap of
+    :func:`mean_of_means_interval`."""
+    present = [list(map(float, g)) for g in groups if len(g)]
+    if not present:
+        return None
+    if len({len(g) for g in present}) == 1:
+        return wilson(round(sum(sum(g) for g in present)), sum(len(g) for g in present))
+    return mean_of_means_interval(present)
+
+
 def paired_interval(
     columns: Sequence[Sequence[float]],
     statistic: Callable[..., Any],

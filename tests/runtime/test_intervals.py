@@ -21,6 +21,7 @@ from parley.runtime.reports.intervals import (
     mean_cell,
     mean_interval,
     mean_of_means_interval,
+    mean_of_shares_interval,
     paired_interval,
     rate_cell,
     wilson,
@@ -115,6 +116,12 @@ def test_mean_of_means_and_paired_intervals() -> None:
     weighted = mean_of_means_interval([[1.0, 1.0], [0.0, 0.0]], weights=[3.0, 1.0])
     assert weighted == Interval(0.75, 0.75, 0.75)  # constant groups, weights 3:1
     assert mean_of_means_interval([[], []]) is None
+    # Shares over groups of one size: the share of all items, with Wilson's interval (a
+    # bootstrap of 100 % would be the point 100 %).
+    assert mean_of_shares_interval([[1.0, 1.0], [1.0, 1.0]]) == wilson(4, 4)
+    assert mean_of_shares_interval([[1.0, 0.0], [0.0, 0.0]]) == wilson(1, 4)
+    uneven = mean_of_shares_interval([[1.0, 0.0, 1.0], [0.0, 1.0]])
+    assert uneven is not None and uneven.estimate == pytest.approx((2 / 3 + 1 / 2) / 2)
 
     def ratio(a: Any, b: Any, axis: int = -1) -> Any:
         return np.mean(a, axis=axis) / np.mean(b, axis=axis)
