@@ -11,6 +11,7 @@ the runtime process and of the server.
     python benchmarks/concurrency.py --concurrency 500 --episodes 1500 --profile
     python benchmarks/concurrency.py --dashboard --workers 1  # watched: the dashboard's cost
     python benchmarks/concurrency.py --workers remote         # parley worker processes (1, then 2)
+    python benchmarks/concurrency.py --quick                  # 200 at once, 400 episodes
 
 ``--workers remote`` starts a local Mosquitto and plays the run twice with ``workers: remote``:
 with one ``parley worker`` process, then with two (``--remote-workers 1,2``), each holding its
@@ -443,7 +444,15 @@ def main() -> int:
         action="store_true",
         help="with the embedded dashboard and one WebSocket client watching the run page",
     )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short check that it runs end to end: 200 at once, 400 episodes",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.concurrency = min(args.concurrency, 200)
+        args.episodes = args.episodes or 2 * args.concurrency
     args.episodes = args.episodes or 3 * args.concurrency
     if args.workers != "remote":
         args.workers = worker_count(args.workers)
