@@ -496,9 +496,9 @@ class MqttBus(Bus):
             return None
         if message.traceparent is None:
             if self._plain_properties is None:
-                props = _PackedOnce(PacketTypes.PUBLISH)
-                props.ContentType = CONTENT_TYPE
-                self._plain_properties = props
+                plain = _PackedOnce(PacketTypes.PUBLISH)
+                plain.ContentType = CONTENT_TYPE
+                self._plain_properties = plain
             return self._plain_properties
         props = Properties(PacketTypes.PUBLISH)
         props.ContentType = CONTENT_TYPE
