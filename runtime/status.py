@@ -385,9 +385,10 @@ def rate_fields(status: RunStatus) -> list[str]:
 
 
 def pairing_fields(status: RunStatus, limit: int = SHOWN_PAIRINGS) -> list[str]:
-    """Success so far by game and pairing, ``game pairing 3/5 success``, the pairings with
-    the most finished episodes first (at most ``limit``, then ``+k more``)."""
-    rows = sorted(status.pairings.items(), key=lambda kv: (-sum(kv[1].values()), kv[0]))
+    """Success so far by game and pairing, ``game pairing 3/5 success``, in the order of
+    their names (the same from one line of a log to the next; at most ``limit``, then
+    ``+k more``)."""
+    rows = sorted(status.pairings.items())
     fields = []
     for key, counts in rows[:limit]:
         ended = sum(counts.values()) - counts.get("cancelled", 0)
