@@ -81,6 +81,17 @@ class LightSpan(ReadableSpan, trace.Span):
         self._processors = processors
         self._record_exception = record_exception
         self._set_status_on_exception = set_status_on_exception
+        self._traceparent: str | None = None
+
+    def traceparent(self) -> str:
+        """This span's W3C traceparent (made once: every message it sends carries it)."""
+        found = self._traceparent
+        if found is None:
+            ctx = self._context
+            found = self._traceparent = (
+                f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
+            )
+        return found
 
     # --- ReadableSpan extras the SDK's exporters read -----------------------------------------
 

@@ -53,7 +53,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from parley.observability.light_spans import LightTracer
+from parley.observability.light_spans import LightSpan, LightTracer
 from parley.observability.otlp_json import OtlpJsonSpanWriter
 
 if TYPE_CHECKING:
@@ -289,6 +289,8 @@ _active: contextvars.ContextVar[Tracing] = contextvars.ContextVar("parley_tracin
 
 def inject(span: trace.Span) -> str | None:
     """The W3C traceparent of ``span`` (None for a non-recording, invalid one)."""
+    if type(span) is LightSpan:
+        return span.traceparent()
     ctx = span.get_span_context()
     if not ctx.is_valid:
         return None
