@@ -25,9 +25,11 @@ from parley.records import main_score
 from parley.runtime.report import fmt, markdown_table, mean
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
+    Interval,
     cell,
     grouped_intervals,
     mean_cell,
+    mean_of_shares_interval,
     wilson,
 )
 
@@ -129,7 +131,19 @@ def _macro_cells(by_game: dict[str, list[dict[str, Any]]]) -> list[str]:
         score = clemscore({str(i): _stats(g) for i, g in enumerate(gs)})
         return [score.clemscore, score.played, score.quality]
 
-    return [cell(iv, 2) for iv in grouped_intervals(groups, scores)]
+    value, played, quality = grouped_intervals(groups, scores)
+    return [cell(value, 2), _played_over_games(groups, played), cell(quality, 2)]
+
+
+def _played_over_games(groups: list[list[Item]], bootstrap: Interval | None) -> str:
+    """The mean % played over games: over games of one size (none empty) it is the share of
+    all their episodes, with Wilson's interval (a bootstrap collapses at 100 %)."""
+    if bootstrap is None or not all(groups):
+        return cell(bootstrap, 2, 1.0)
+    shares = mean_of_shares_interval([[float(p) for p, _ in g] for g in groups])
+    if shares is None or not math.isclose(100.0 * shares.estimate, bootstrap.estimate):
+        return cell(bootstrap, 2)  # games of different sizes: the stratified bootstrap
+    return cell(shares, 2, 100.0)
 
 
 def _map_cells(by_game: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -142,7 +156,8 @@ def _map_cells(by_game: dict[str, list[dict[str, Any]]]) -> list[str]:
         stats = [_stats(g) for g in gs]
         return [mean([s.played for s in stats]), mean([s.quality for s in stats])]
 
-    return [cell(iv, 2) for iv in grouped_intervals(groups, scores)]
+    played, quality = grouped_intervals(groups, scores)
+    return [_played_over_games(groups, played), cell(quality, 2)]
 
 
 def table1(records: list[dict[str, Any]]) -> str:
