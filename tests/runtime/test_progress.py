@@ -158,3 +158,15 @@ def test_on_a_terminal_the_live_table_shows_the_same_figures(
     assert "$" in text
     assert "comma.wire solver=solver-llm,expert=expert-llm" in text
     assert re.search(r"comma\.wire solver=random,expert=scripted \d+/\d+ success", text)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "soon", "nan"])
+def test_a_log_interval_that_is_not_a_positive_number_is_refused_in_one_line(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "any.yaml", "--log-every", value])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"expected a number of seconds above 0, got {value!r}" in err
+    assert "Traceback" not in err
