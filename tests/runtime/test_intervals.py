@@ -17,6 +17,7 @@ from parley.runtime.reports.intervals import (
     RESAMPLES,
     SEED,
     Interval,
+    cell,
     grouped_interval,
     mean_cell,
     mean_interval,
@@ -168,3 +169,41 @@ def test_report_tables_show_intervals() -> None:
     # The pairing tables (one table per metric) carry them too.
     text = pairing_tables(records)
     assert f"| a | {rate_cell(9, 12)} |" in text
+
+
+def test_clem_table1_carries_wilson_and_bootstrap_intervals() -> None:
+    from parley.runtime.reports.clem import table1
+
+    def record(game: str, outcome: str, main: float | None) -> dict[str, Any]:
+        return {
+            "game": game,
+            "outcome": outcome,
+            "scores": {"main": main},
+            "pairing": {"r": "m"},
+            "spec": {"settings": {"variant": "image"}},
+        }
+
+    records = [
+        record("clem.reference", "success", 100.0),
+        record("clem.reference", "lost", 0.0),
+        record("clem.reference", "lost", 50.0),
+        record("clem.reference", "aborted", None),
+        record("clem.mapworld_ee", "success", 100.0),
+        record("clem.mapworld_ee", "aborted", None),
+        record("clem.mapworld_ee", "success", 80.0),
+        record("clem.mapworld_ee", "error", None),  # left out, as by the scores
+    ]
+    header, _, row = table1(records).splitlines()
+    cells = dict(zip(header.strip("| ").split(" | "), row.strip("| ").split(" | "), strict=True))
+    # % played per game: 3 of 4 and 2 of 3 played, Wilson's interval in percent.
+    assert cells["Reference %p"] == cell(wilson(3, 4), 2, 100.0)
+    assert cells["EE %p"] == cell(wilson(2, 3), 2, 100.0)
+    # Quality: the mean main score of the played episodes, bootstrapped.
+    assert cells["Reference ql"] == mean_cell([100.0, 0.0, 50.0], 2)
+    # The clemscore: its point estimate as before, then a bootstrap interval around it.
+    match = CELL.match(cells["clemscore"])
+    assert match is not None
+    estimate, low, high = (float(x) for x in match.groups())
+    played, quality = (75.0 + 200 / 3) / 2, (50.0 + 90.0) / 2
+    assert estimate == pytest.approx(played / 100 * quality, abs=0.005)
+    assert low <= estimate <= high
