@@ -232,14 +232,12 @@ def failure_rows(
     total = sum(row[0] for row in reasons)
     header = ["episodes", "% of errors", "reason", "games and models", "e.g. episode"]
     rows = [
-        [str(n), fmt(100.0 * n / total), head.replace("|", "\\|"), ", ".join(where), example]
+        [str(n), rate_cell(n, total), head.replace("|", "\\|"), ", ".join(where), example]
         for n, head, where, example in reasons[:limit]
     ]
     if len(reasons) > limit:
         rest = sum(row[0] for row in reasons[limit:])
-        rows.append(
-            [str(rest), fmt(100.0 * rest / total), f"({len(reasons) - limit} more)", "", ""]
-        )
+        rows.append([str(rest), rate_cell(rest, total), f"({len(reasons) - limit} more)", "", ""])
     return header, rows
 
 

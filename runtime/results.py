@@ -27,7 +27,7 @@ from parley.bus.codec import encode
 from parley.bus.signing import KEY_FILE, RunKey, SigningError
 from parley.event_loop import Pacer
 from parley.observability import tracing
-from parley.records import FINISHED, RecordedRun, check_schema
+from parley.records import FINISHED, RecordedRun, check_folder
 from parley.records import main_score as main_score
 from parley.records import read_records as read_records
 from parley.records import upgrade as upgrade
@@ -180,10 +180,10 @@ class RunFolder(RecordedRun):
                         )
                     ]
                 )
+            check_folder(folder.path)  # a newer parley's folder: refused first, not rewritten
             if same_config:
                 folder.check_config(config)
             meta = folder._read_meta(config)
-            check_schema(meta, folder.path)  # a newer parley's folder: refused, not rewritten
             folder.images.mkdir(exist_ok=True)
             folder._compact(torn_images=folder._check_images())
         else:
