@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
@@ -31,6 +32,9 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.util import types
 
+_attach = otel_context.attach
+_detach = otel_context.detach
+_in_context = trace.set_span_in_context
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _get_current_span = trace.get_current_span
@@ -260,9 +264,35 @@ class LightTracer(trace.Tracer):
             name, context, kind, attributes, links, start_time, record_exception,
             set_status_on_exception,
         )  # fmt: skip
-        return trace.use_span(  # type: ignore[return-value]
-            span,
-            end_on_exit=end_on_exit,
-            record_exception=record_exception,
-            set_status_on_exception=set_status_on_exception,
+        return _UseSpan(  # type: ignore[return-value]
+            span, end_on_exit, record_exception, set_status_on_exception
         )
+
+
+class _UseSpan:
+    """``trace.use_span`` as a plain class: the same behaviour (the span current inside,
+    an escaping exception recorded and set as the status, the span ended on exit), without a
+    generator-based context manager's cost on every model call and agent turn."""
+
+    __slots__ = ("end_on_exit", "record", "set_status", "span", "token")
+
+    def __init__(self, span: trace.Span, end_on_exit: bool, record: bool, set_status: bool) -> None:
+        self.span = span
+        self.end_on_exit = end_on_exit
+        self.record = record
+        self.set_status = set_status
+
+    def __enter__(self) -> trace.Span:
+        self.token = _attach(_in_context(self.span))
+        return self.span
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        _detach(self.token)
+        span = self.span
+        if isinstance(exc, Exception) and span.is_recording():
+            if self.record:
+                span.record_exception(exc)
+            if self.set_status:
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        if self.end_on_exit:
+            span.end()

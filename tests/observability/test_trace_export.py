@@ -196,3 +196,43 @@ def test_a_trace_set_without_content_is_a_clear_error(
     assert main(["leaks", str(traces)]) == 2
     out = capsys.readouterr().err
     assert "tracing: {content: true}" in out and "Traceback" not in out
+
+
+def test_lean_spans_behave_as_the_apis(tmp_path: Path) -> None:
+    from opentelemetry import trace
+
+    from parley.observability.tracing import EpisodeSampler, Tracing, inject
+
+    tracing = Tracing(tmp_path, metrics=False)
+    tracer = tracing.tracer
+    with pytest.raises(ValueError), tracer.start_as_current_span("outer") as outer:
+        assert trace.get_current_span() is outer
+        with tracer.start_as_current_span("inner", attributes={"a": 1, "b": None}) as inner:
+            inner.set_attributes({"c": "x", "d": None})
+            assert inject(inner) == f"00-{inner.get_span_context().trace_id:032x}-" + (
+                f"{inner.get_span_context().span_id:016x}-01"
+            )
+        raise ValueError("boom")
+    assert not trace.get_current_span().get_span_context().is_valid
+    # An unsampled parent: children record nothing; a sampler decides for roots only.
+    unsampled = trace.NonRecordingSpan(
+        trace.SpanContext(5, 6, is_remote=True, trace_flags=trace.TraceFlags(0))
+    )
+    child = tracer.start_span("child", context=trace.set_span_in_context(unsampled))
+    assert not child.is_recording() and child.get_span_context().trace_id == 5
+    tracing.close()
+    spans = {s["name"]: s for s in read_spans(tmp_path)}
+    assert set(spans) == {"outer", "inner"}
+    assert spans["inner"]["parent_id"] == spans["outer"]["span_id"]
+    assert spans["inner"]["attributes"] == {"a": 1, "c": "x"}
+    assert spans["outer"]["status"] == "ERROR" and "boom" in spans["outer"]["status_message"]
+    (event,) = spans["outer"]["events"]
+    assert event["name"] == "exception" and event["attributes"]["exception.type"] == "ValueError"
+    sampled = Tracing(tmp_path / "sampled", metrics=False, sample=0.5)
+    kept = [
+        sampled.tracer.start_span("episode", attributes={"parley.episode": f"e{i}"}).is_recording()
+        for i in range(200)
+    ]
+    sampled.close()
+    assert 40 < sum(kept) < 160  # about half, by episode id
+    assert EpisodeSampler(0.5).get_description() == "EpisodeSampler(0.5)"
