@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Any
 
 import yarl
-from opentelemetry import baggage
+from opentelemetry import baggage, trace
 
 # Set (to "1") in the baggage around an agent's turn when the run records message content.
 CONTENT_KEY = "parley.content"
@@ -34,6 +34,16 @@ _PARAMS = (
     ("top_p", "gen_ai.request.top_p", float),
     ("seed", "gen_ai.request.seed", int),
 )
+
+
+def conversation_id() -> str | None:
+    """The conversation (the episode) a model call belongs to: the ``gen_ai.conversation.id`` of
+    the span it runs under (the agent's ``invoke_agent``), else the baggage's."""
+    attributes = getattr(trace.get_current_span(), "attributes", None)
+    found = attributes.get("gen_ai.conversation.id") if attributes else None
+    if found is None:
+        found = baggage.get_baggage("gen_ai.conversation.id")
+    return str(found) if found else None
 
 
 def record_content() -> bool:
