@@ -264,12 +264,12 @@ class LightTracer(trace.Tracer):
             name, context, kind, attributes, links, start_time, record_exception,
             set_status_on_exception,
         )  # fmt: skip
-        return _UseSpan(  # type: ignore[return-value]
+        return UseSpan(  # type: ignore[return-value]
             span, end_on_exit, record_exception, set_status_on_exception
         )
 
 
-class _UseSpan:
+class UseSpan:
     """``trace.use_span`` as a plain class: the same behaviour (the span current inside,
     an escaping exception recorded and set as the status, the span ended on exit), without a
     generator-based context manager's cost on every model call and agent turn."""

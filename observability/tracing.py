@@ -37,13 +37,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import os
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -53,7 +53,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from parley.observability.light_spans import LightSpan, LightTracer
+from parley.observability.light_spans import LightSpan, LightTracer, UseSpan
 from parley.observability.otlp_json import OtlpJsonSpanWriter
 
 if TYPE_CHECKING:
@@ -389,7 +389,7 @@ def consume(
         attributes=messaging_attributes(topic, message, "receive", system),
     )
     # The handler's own spans (invoke_agent) record the exception; here the status says enough.
-    return trace.use_span(span, end_on_exit=True, record_exception=False)
+    return UseSpan(span, True, False, True)
 
 
 def conversation_context(conversation_id: str) -> otel_context.Context:
@@ -430,10 +430,10 @@ def content_attributes(prompt: Sequence[Any] | None, reply: str) -> dict[str, st
     attributes: dict[str, str] = {}
     if prompt:
         messages = [{"role": m.role, "parts": parts_json(m.content)} for m in prompt]
-        attributes["gen_ai.input.messages"] = json.dumps(messages, ensure_ascii=False)
-    attributes["gen_ai.output.messages"] = json.dumps(
-        [{"role": "assistant", "parts": [{"type": "text", "content": reply}]}], ensure_ascii=False
-    )
+        attributes["gen_ai.input.messages"] = orjson.dumps(messages).decode()
+    attributes["gen_ai.output.messages"] = orjson.dumps(
+        [{"role": "assistant", "parts": [{"type": "text", "content": reply}]}]
+    ).decode()
     return attributes
 
 
@@ -447,7 +447,7 @@ def episode_content(record: dict[str, Any], transcript: Sequence[Any]) -> dict[s
     kept = {k: v for k, v in record.items() if k != "transcript"}  # a byte range of the folder
     lines = b"\n".join(encode(m, inline_images=False, max_bytes=2**62) for m in transcript)
     return {
-        "parley.record": json.dumps(kept, ensure_ascii=False, default=str),
+        "parley.record": orjson.dumps(kept, default=str).decode(),
         "parley.transcript": lines.decode("utf-8"),
     }
 

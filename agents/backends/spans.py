@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from functools import lru_cache
 from typing import Any
 
+import orjson
 import yarl
 from opentelemetry import baggage, trace
 
@@ -118,9 +118,9 @@ def content_attributes(body: dict[str, Any]) -> dict[str, str]:
             system += _parts(message.get("content"))
             continue
         messages.append({"role": role, "parts": _parts(message.get("content"))})
-    out = {"gen_ai.input.messages": json.dumps(messages, ensure_ascii=False)}
+    out = {"gen_ai.input.messages": orjson.dumps(messages).decode()}
     if system:
-        out["gen_ai.system_instructions"] = json.dumps(system, ensure_ascii=False)
+        out["gen_ai.system_instructions"] = orjson.dumps(system).decode()
     return out
 
 
@@ -152,7 +152,7 @@ def reply_attributes(reply: Any, content: bool, price: Any = None) -> dict[str, 
             "parts": [{"type": "text", "content": reply.text}],
             "finish_reason": reply.finish_reason or "stop",
         }
-        out["gen_ai.output.messages"] = json.dumps([message], ensure_ascii=False)
+        out["gen_ai.output.messages"] = orjson.dumps([message]).decode()
     return out
 
 
