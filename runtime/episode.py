@@ -116,17 +116,24 @@ class EpisodeResult:
     images: dict[str, bytes] = field(default_factory=dict)
     # What the roles with memory across episodes keep of this one (not in the record).
     memories: list[EpisodeMemory] = field(default_factory=list)
+    # The spec as the record shows it, dumped once at the start (EpisodeStarted carries it).
+    spec_json: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def record(self, run: str) -> dict[str, Any]:
         return {
-            "schema": RECORD_SCHEMA,
+            "schema_version": RECORD_SCHEMA,
+            "schema": RECORD_SCHEMA,  # the same, under the name parley 0.1's readers look for
             "run": run,
             "episode": self.spec.id,
             "game": self.spec.game,
             "seed": self.spec.seed,
             "repetition": self.spec.repetition,
             "pairing": self.spec.pairing,
-            "spec": self.spec.model_dump(mode="json", exclude={"instance"}),
+            "spec": (
+                self.spec_json
+                if self.spec_json is not None
+                else self.spec.model_dump(mode="json", exclude={"instance"})
+            ),
             "outcome": self.outcome,
             "reason": self.reason,
             "reason_code": self.reason_code,
@@ -418,12 +425,13 @@ class EpisodeRunner:
         for actor in self.actors:
             host = self._gm_host if actor is gm and self._gm_host is not None else self.host
             await host.start(actor, self._actor_failed)
+        self.result.spec_json = spec.model_dump(mode="json", exclude={"instance"})
         started = EpisodeStarted(
             run=self.options.run,
             episode=spec.id,
             sender="gm",
             game=spec.game,
-            spec=spec.model_dump(mode="json", exclude={"instance"}),
+            spec=self.result.spec_json,
         )
         await self._emit(self._events_topic, started)
         await self._advance()
