@@ -6,16 +6,18 @@ Two workloads, each played by parley and by a peer, interleaved A, B, A, B (``--
   (``parley sim-server``, every reply after ``--latency`` seconds, no batch limit), at
   N = 200, 1,000 and 2,000. parley: ``parley run`` of N ``clem.reference`` episodes, the
   guesser a model on the sim server, the describer scripted (one request per episode), auto
-  workers. Inspect AI: ``inspect eval`` of N single-turn samples through its OpenAI-compatible
-  provider (``openai-api/sim/…``) with ``max_connections=N``. Both are measured by the same
-  counters, the sim server's ``/sim/stats``: requests/s over the active window (first request
-  to last reply), peak requests in flight, seconds from the command's start until 99 % of N
-  were in flight, and the wall time of the whole command (imports, logs, reports included).
-* **Scripted long game, no model** — the runtime's own cost per turn. clemcore: its
-  ``mock`` players (``clem run -g taboo -m mock``-like, driven through its Python API) on the
-  longest game its package ships; parley: scripted players on a long ``comma.wire``-free game
-  (see ``--long-game``), in one process. Reported: µs per turn (parley) against µs per player
-  response (clemcore), and per episode.
+  workers, ``--no-report``. Inspect AI: N single-turn samples through its OpenAI-compatible
+  provider (``openai-api/sim/sim``) with ``max_connections=N``. Both are measured by the
+  same counters, the sim server's ``/sim/stats``: requests/s over the active window (1 % of
+  the requests out to the last reply), peak requests in flight, seconds from the command's
+  start until 99 % of N were in flight, and the wall time of the whole command (interpreter,
+  imports, results on disk; parley's report is left to ``parley report``).
+* **Scripted long game, no model** — the runtime's own cost per turn. clembench's games are
+  not on PyPI, so clemcore plays a counting game written here on its ``DialogueGameMaster``
+  with its programmatic (``mock``) players and its interactions recorder; parley plays
+  ``comma.memory`` (``--long-game``) with scripted players, one episode at a time, in one
+  process, the clemcore episode as long as parley's. Reported: µs per turn (parley) against
+  µs per player response (clemcore), wall and CPU, and per episode.
 
 The peers are not parley dependencies: the benchmark makes a virtual environment for each under
 a cache folder (``$PARLEY_BENCH_CACHE`` or ``~/.cache/parley-bench/peers``) and pip-installs the
@@ -79,12 +81,18 @@ def peer_python(name: str) -> Path:
         return python
     print(f"installing {', '.join(PINS[name])} into {venv} (once) …", file=sys.stderr)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS[name]],
-        check=True,
-    )
+    try:
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", *PINS[name]],
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise SystemExit(
+            f"peers.py: could not install {', '.join(PINS[name])} into {venv} ({exc}); "
+            "install them there by hand, or run with --only to skip this peer's workload"
+        ) from None
     marker.write_text(wanted)
     return python
 
