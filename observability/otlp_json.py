@@ -20,8 +20,9 @@ import contextlib
 import json
 import os
 import threading
+import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,7 @@ class Encoder:
     """
 
     CACHE_MAX = 50_000
+    PAUSE_EVERY = 32
 
     def __init__(self) -> None:
         self._pairs: dict[tuple[str, Any], bytes] = {}
@@ -195,11 +197,13 @@ class Encoder:
             b"" if plain else self._extras(span),
         )
 
-    def line(self, spans: Iterable[ReadableSpan]) -> bytes:
+    def line(self, spans: Iterable[ReadableSpan], pause: Callable[[], None] | None = None) -> bytes:
         """One ``ExportTraceServiceRequest`` of ``spans`` (grouped by resource and scope), as a
-        line of JSON."""
+        line of JSON; ``pause`` is called every :attr:`PAUSE_EVERY` spans."""
         groups: dict[int, tuple[Any, dict[tuple[str, str], list[bytes]]]] = {}
-        for span in spans:
+        for n, span in enumerate(spans, 1):
+            if pause is not None and n % self.PAUSE_EVERY == 0:
+                pause()
             scope = span.instrumentation_scope
             key = (scope.name, scope.version or "") if scope is not None else ("", "")
             group = groups.get(id(span.resource))
@@ -217,6 +221,10 @@ class Encoder:
                 scope_parts.append(_SCOPE % (scope_json, b",".join(encoded)))
             parts.append(_GROUP % (self._resource(resource), b",".join(scope_parts)))
         return b'{"resourceSpans":[' + b",".join(parts) + b"]}\n"
+
+
+def _yield_gil() -> None:
+    time.sleep(0.0001)
 
 
 class OtlpJsonSpanWriter(SpanProcessor):
@@ -257,15 +265,17 @@ class OtlpJsonSpanWriter(SpanProcessor):
         while not self._stop:
             self._wake.wait(self.interval_s)
             self._wake.clear()
-            self._drain()
+            # Encoding holds the GIL: hand it back to the event loop every few spans, so a
+            # burst of encoding never stalls the loop for more than a fraction of a ms.
+            self._drain(_yield_gil)
 
-    def _drain(self) -> None:
+    def _drain(self, pause: Callable[[], None] | None = None) -> None:
         queue = self._queue
         with self._lock:
             while queue and self._fd is not None:
                 n = min(len(queue), self.batch)
                 spans = [queue.popleft() for _ in range(n)]
-                data = self._encoder.line(spans)
+                data = self._encoder.line(spans, pause)
                 view = memoryview(data)
                 while view:  # a regular file takes it in one write; loop for the odd short one
                     view = view[os.write(self._fd, view) :]
