@@ -36,6 +36,10 @@ class Prompt:
     turn: int
     # Memory of earlier episodes (memory/across.py), first after the system text.
     recall: list[MemoryEntry] = field(default_factory=list)
+    # The agent's messages of history entries it built for earlier turns, by entry (the
+    # entry kept beside its message, so an id is never reused while cached): a long episode
+    # otherwise rebuilds its whole history every turn.
+    cache: dict[int, tuple[MemoryEntry, PromptMessage]] | None = field(default=None, repr=False)
     _messages: list[PromptMessage] | None = field(default=None, init=False, repr=False)
 
     def messages(self) -> list[PromptMessage]:
@@ -53,11 +57,24 @@ class Prompt:
         out = [_message("system", [TextPart(text=self.system)])]
         for entry in self.recall:
             out.append(_message("user", list(entry.parts)))
+        cache = self.cache
         for entry in self.history:
+            hit = cache.get(id(entry)) if cache is not None else None
+            if hit is not None and hit[0] is entry:
+                out.append(hit[1])
+                continue
             if entry.own:
-                out.append(_message("assistant", list(entry.parts)))
+                message = _message("assistant", list(entry.parts))
             else:
-                out.append(_message("user", _labelled(entry)))
+                message = _message("user", _labelled(entry))
+            if cache is not None:
+                cache[id(entry)] = (entry, message)
+            out.append(message)
+        if cache is not None and len(cache) > 2 * len(self.history) + 16:
+            # Entries that left the window (last_k) or a store that loads new objects.
+            keep = {id(e) for e in self.history}
+            for key in [k for k in cache if k not in keep]:
+                del cache[key]
         current: list[Part] = list(self.working.observation)
         if self.working.feedback:
             current.append(TextPart(text=f"Feedback: {self.working.feedback}"))

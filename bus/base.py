@@ -209,6 +209,9 @@ class SharedGroup:
         return full
 
 
+_WILD_CACHE = 16384  # topics whose wildcard matches a router keeps
+
+
 class Router:
     """Who subscribes to what, in this process: exact filters by dict, wildcard ones by scan.
 
@@ -221,6 +224,11 @@ class Router:
         self.exact: dict[str, list[Subscription]] = {}
         self.wildcard: list[Subscription] = []
         self.shared: dict[tuple[str, bool], SharedGroup] = {}
+        # The wildcard subscriptions matching a topic, by topic: every turn publishes to the
+        # same few topics of its episode, and scanning every wildcard filter for each publish
+        # was a tenth of a scripted turn. Emptied whenever a wildcard subscription comes or
+        # goes; bounded (emptied when full).
+        self._wild: dict[str, list[Subscription]] = {}
 
     def add(self, sub: Subscription) -> None:
         if topics.is_shared(sub.filter):
@@ -231,6 +239,7 @@ class Router:
             group.members.append(sub)
         elif topics.is_wildcard(sub.filter):
             self.wildcard.append(sub)
+            self._wild.clear()
         else:
             self.exact.setdefault(sub.filter, []).append(sub)
 
@@ -245,6 +254,7 @@ class Router:
         elif topics.is_wildcard(sub.filter):
             if sub in self.wildcard:
                 self.wildcard.remove(sub)
+                self._wild.clear()
         else:
             subs = self.exact.get(sub.filter)
             if subs and sub in subs:
@@ -256,7 +266,14 @@ class Router:
         """The plain (not shared) subscriptions whose filter matches ``topic``."""
         found = self.exact.get(topic, [])
         if self.wildcard:
-            found = found + [s for s in self.wildcard if topics.matches(s.filter, topic)]
+            wild = self._wild.get(topic)
+            if wild is None:
+                if len(self._wild) >= _WILD_CACHE:
+                    self._wild.clear()
+                wild = [s for s in self.wildcard if topics.matches(s.filter, topic)]
+                self._wild[topic] = wild
+            if wild:
+                found = found + wild
         return found
 
     def match_shared(self, topic: str, *, broker: bool = True) -> list[Subscription]:

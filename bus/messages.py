@@ -284,6 +284,8 @@ class RunStatus(Envelope):
     loop_lag_ms: dict[str, float] = Field(default_factory=dict)  # p50, p99, max
     folder: str | None = None
     final: bool = False
+    # Outcome counts of the finished episodes by game and pairing ("game role=p,role=p").
+    pairings: dict[str, dict[str, int]] = Field(default_factory=dict)
     # The run's public key (base64 Ed25519, parley.bus.signing): results signed by the run's
     # own processes verify against it (``main`` only).
     run_key: str | None = None
@@ -400,3 +402,4 @@ def images_in(message: BaseModel) -> list[ImagePart]:
 
     walk(message)
     return found
+

@@ -136,4 +136,47 @@ def ensure_compatible(client: Any | None = None) -> None:
             f"paho-mqtt 2.x): " + "; ".join(found)
         )
     if client is None:
+        quick_pubacks()
         _checked = True
+
+
+def quick_pubacks() -> None:
+    """Decode the common PUBACK (a message id, success, no properties: what Mosquitto sends
+    for an accepted message) without the ReasonCode and Properties objects
+    paho builds for every acknowledgement: with QoS 1, one PUBACK per message published, and
+    building them cost more than the rest of handling it. Other PUBACKs go through paho's own
+    decoder; without the shape this expects, nothing changes."""
+    from paho.mqtt import _packet
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    decode = getattr(_packet, "decode_puback", None)
+    packet_type = getattr(_packet, "PubackPacket", None)
+    if decode is None or packet_type is None or getattr(decode, "_parley_quick", False):
+        return
+    # Shared by every such acknowledgement: read, never changed (bus/mqtt.py reads the reason).
+    no_properties = Properties(PacketTypes.PUBACK)
+    reasons: dict[int, ReasonCode] = {}
+
+    def reason(code: int) -> ReasonCode:
+        found = reasons.get(code)
+        if found is None:
+            found = reasons[code] = ReasonCode(PacketTypes.PUBACK)
+            found.unpack(bytes([code]))
+        return found
+
+    def quick(header: int, packet: bytes | bytearray, protocol: Any) -> Any:
+        # A message id, then (MQTT 5) maybe a success-class reason (0, or 0x10: no matching
+        # subscribers, as Mosquitto says) and maybe an empty property length.
+        size = len(packet)
+        if size == 2 or (size <= 4 and packet[2] < 0x80 and packet[3:] in (b"", b"\x00")):
+            return packet_type(
+                mid=(packet[0] << 8) | packet[1],
+                reason=reason(packet[2] if size > 2 else 0),
+                properties=no_properties,
+            )
+        return decode(header, packet, protocol)
+
+    quick._parley_quick = True  # type: ignore[attr-defined]
+    _packet.decode_puback = quick

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -14,22 +16,38 @@ from rich.live import Live
 from rich.table import Table
 
 from parley import event_loop
+from parley.records import NewerSchema
 from parley.runtime.config import ConfigError
+from parley.runtime.preflight import add_check_command, add_run_arguments, check_before_run
 
 console = Console(stderr=True)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from parley.bus.messages import RunStatus
     from parley.runtime.config import load_config
-    from parley.runtime.remote import RemoteScheduler
-    from parley.runtime.report import summary_rows, write_report
-    from parley.runtime.scheduler import RunOutcome, Scheduler, run_experiment
-    from parley.runtime.status import LOG_EVERY_S, progress_fields, rate_fields, status_line
-    from parley.runtime.workers import WorkerScheduler
 
+    # The config first: a bad one is refused before the runtime (schedulers, model clients,
+    # tracing) is imported, in well under a second.
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
     config = load_config(args.config, overrides)
+    _warn_broken_plugins()  # after the config: loading every game takes a while
+    if (refused := check_before_run(config, args)) is not None:  # parley check, first
+        return refused
+
+    from parley.bus.messages import RunStatus
+    from parley.runtime.remote import RemoteScheduler
+    from parley.runtime.report import failed_models, failure_reasons, summary_rows, write_report
+    from parley.runtime.results import RunFolderError
+    from parley.runtime.scheduler import RunOutcome, Scheduler, run_experiment
+    from parley.runtime.status import (
+        LOG_EVERY_S,
+        pairing_fields,
+        progress_fields,
+        rate_fields,
+        status_line,
+    )
+    from parley.runtime.workers import WorkerScheduler
+
     if args.credentials:  # a credentials file from parley broker --secure: its URL, user, CA
         from parley.runtime.remote_worker import worker_url
 
@@ -58,9 +76,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
             f"[red]{f}[/]" if f.startswith("failed") and now.failed else f
             for f in progress_fields(now)
         ]
-        rates = [f"[yellow]{f}[/]" if f.startswith("429s") else f for f in rate_fields(now)]
-        table.add_row(f"[bold]{config.name}[/]", *progress)
-        table.add_row("", *rates)
+        rates = [
+            f"[yellow]{f}[/]" if f.startswith("429s") and not f.startswith("429s 0,") else f
+            for f in rate_fields(now)
+        ]
+        # One line of figures a row (wrapped by rich where the terminal is narrow).
+        table.add_row(f"[bold]{config.name}[/]", "  ".join(progress))
+        table.add_row("", "  ".join(rates))
+        for pairing in pairing_fields(now, limit=8):  # success so far by pairing
+            table.add_row("", pairing)
         waiting = getattr(state.get("s"), "waiting", None)  # workers: remote, none there
         if waiting:
             table.add_row("", f"[yellow]{waiting}[/]")
@@ -86,7 +110,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, on_signal)
         show = not args.quiet and console.is_terminal
-        live = Live(status(), console=console, refresh_per_second=4, transient=True)
+        # Not transient: the last figures stay on the screen above the results.
+        live = Live(status(), console=console, refresh_per_second=4, transient=False)
         if show:
             live.start()
 
@@ -96,12 +121,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 await asyncio.sleep(0.25)
 
         async def log_lines() -> None:
-            # Outside a terminal (nohup, Slurm): a line now and then instead of a live table.
+            # Outside a terminal (nohup, Slurm): a line now and then instead of a live table,
+            # the first as soon as the run has a status (a log shows the run has started).
             while True:
-                await asyncio.sleep(LOG_EVERY_S)
                 now = latest()
-                if now is not None:
-                    print(status_line(now), file=sys.stderr, flush=True)
+                if now is None:
+                    await asyncio.sleep(0.1)
+                    continue
+                print(status_line(now), file=sys.stderr, flush=True)
+                await asyncio.sleep(args.log_every or LOG_EVERY_S)
 
         ticker = None
         if not args.quiet:
@@ -119,11 +147,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
             outcome = await run_experiment(
                 config,
                 out,
-                resume=args.resume,
+                resume=args.resume or args.retry_errors,
                 bus_url=args.bus,
                 concurrency=args.concurrency,
                 on_start=started,
+                retry_errors=args.retry_errors,
+                force_resume=args.force_resume,
             )
+            if show:
+                live.update(status(), refresh=True)  # the final figures
+            elif not args.quiet and (now := latest()) is not None:
+                print(status_line(now), file=sys.stderr, flush=True)  # the final figures
             if dashboard and sys.stdin.isatty() and not interrupts:
                 # Someone is at the terminal: the finished episodes stay there to look at.
                 if ticker is not None:
@@ -147,49 +181,116 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if show:
                 live.stop()
 
+    resume = resume_command(args, out)
     try:
         outcome = event_loop.run(main())
+    except RunFolderError as exc:  # in use by another run, or made by another config
+        console.print(f"[red]{exc}[/]", highlight=False, soft_wrap=True)
+        return 1
     except Exception as exc:
         failure = recording_failure(exc)
         if failure is None:
             raise
         console.print(f"[red]{failure}[/]", highlight=False, soft_wrap=True)
-        console.print(
-            f"[yellow]the run stopped; every episode recorded before is whole. Once the folder "
-            f"can be written again, continue with: parley run {args.config} --out {out} "
-            f"--resume[/]",
-            highlight=False,
-            soft_wrap=True,
+        _say_resume(
+            "the run stopped; every episode recorded before is whole. Once the folder can be "
+            "written again, continue with:",
+            resume,
         )
         return 1
-    report = write_report(outcome.folder.path)
-    header, rows = summary_rows(outcome.records)
-    table = Table(title=f"run {outcome.run_id}")
-    for name in header:
-        table.add_column(name, justify="left" if name in ("game", "pairing") else "right")
-    for row in rows:
-        table.add_row(*row)
-    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    # The results are safe on disk by now; the report (tables, intervals, plots) comes after
+    # them, and --no-report leaves it to `parley report` (benchmarks time the run alone).
+    report: Path | str = f"not written; parley report {outcome.folder.path}"
+    if not getattr(args, "no_report", False):
+        report = write_report(outcome.folder.path)
+        header, rows = summary_rows(outcome.records)
+        table = Table(title=f"run {outcome.run_id}")
+        for name in header:
+            # fold, never "…": a narrow terminal wraps game names and intervals instead
+            left = name in ("game", "pairing")
+            table.add_column(name, justify="left" if left else "right", overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        Console(width=None if sys.stdout.isatty() else 200).print(table)
     p = outcome.progress
     lag = max((x["p99_ms"] for x in outcome.loop_lag), default=0.0)
     console.print(
         f"{p.done} played now, {p.skipped} already done; {p.turns_per_s:,.0f} turns/s; "
         f"event-loop lag p99 {lag:,.0f} ms. Results: {outcome.folder.path} (report: {report})"
     )
+    reasons = failure_reasons(outcome.records)
+    if reasons:
+        errors = sum(row[0] for row in reasons)
+        every = f" (all in {report})" if isinstance(report, Path) else ""
+        console.print(
+            f"[red]{errors} episodes ended in error[/]; the top reasons{every}:",
+            highlight=False,
+            soft_wrap=True,
+        )
+        for n, head, where, _ in reasons[:5]:
+            console.print(f"  {n:>5} × {head} ({', '.join(where)})", markup=False, soft_wrap=True)
     for error in outcome.errors:
-        console.print(f"[red]{error}[/]")
+        console.print(f"[red]{error}[/]", highlight=False, soft_wrap=True)
+    dead = failed_models(outcome.records)
+    ended = [r for r in outcome.records if r["outcome"] != "cancelled"]
+    if dead:
+        console.print(
+            f"[red]every episode of {', '.join(dead)} ended in error: none of its episodes "
+            "played[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif ended and all(r["outcome"] == "error" for r in ended):
+        dead = ["the run"]  # a game or player that cannot start: nothing played at all
+        console.print("[red]every episode ended in error: none played[/]", highlight=False)
+    if reasons:
+        console.print(
+            f"once the cause is fixed, play them again with: {resume} --retry-errors",
+            highlight=False,
+            markup=False,
+            soft_wrap=True,
+        )
     if outcome.errors:
-        console.print(
-            f"[yellow]some episodes were not played; continue with: "
-            f"parley run {args.config} --out {out} --resume[/]"
-        )
-        return 1
+        _say_resume("some episodes were not played; continue with:", resume)
+        return EXIT_FAILED
+    if outcome.stopped_by is not None:
+        console.print(f"[red]{outcome.stopped_by}[/]", highlight=False, soft_wrap=True)
+        _say_resume("to continue anyway:", resume)
+        return EXIT_TOO_MANY_ERRORS
     if outcome.interrupted:
-        console.print(
-            f"[yellow]interrupted; continue with: parley run {args.config} --out {out} --resume[/]"
-        )
-        return 130
+        _say_resume("interrupted; continue with:", resume)
+        return EXIT_INTERRUPTED
+    if dead:
+        return EXIT_MODEL_FAILED
     return 0
+
+
+# Exit codes of `parley run` (docs/runtime.md, "Exit codes").
+EXIT_FAILED = 1  # refused or stopped: folder in use, another config's folder, a write failed
+EXIT_MODEL_FAILED = 3  # every episode of some model (or of the run) ended in error
+EXIT_TOO_MANY_ERRORS = 4  # fail_on_error stopped the run
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGTERM; the folder resumes
+
+
+def _say_resume(what: str, command: str) -> None:
+    console.print(f"[yellow]{what}[/] ", end="", highlight=False)
+    console.print(command, highlight=False, markup=False, soft_wrap=True)
+
+
+def resume_command(args: argparse.Namespace, out: Path) -> str:
+    """The ``parley run`` command that continues this run: the same config, ``--set``
+    overrides and flags that change what is played or where (quoted for a POSIX shell)."""
+    parts = ["parley", "run", args.config, "--out", str(out), "--resume"]
+    for item in args.set:
+        parts += ["--set", item]
+    # With --credentials the bus URL comes from that file (and may hold its password).
+    for flag in ("workers", "credentials" if args.credentials else "bus", "concurrency"):
+        value = getattr(args, flag, None)
+        if value is not None and value != "":
+            parts += [f"--{flag}", str(value)]
+    if getattr(args, "no_check", False):
+        parts.append("--no-check")
+    return shlex.join(parts)
 
 
 async def serve_dashboard(
@@ -298,7 +399,16 @@ def _cmd_instances(args: argparse.Namespace) -> int:
         return 2
     settings = info.resolve_settings(values)
     seeds = range(args.start, args.start + args.count)
-    write_instances(args.out, [info.instance(seed, settings) for seed in seeds])
+    instances = [info.instance(seed, settings) for seed in seeds]
+    try:
+        write_instances(args.out, instances)
+    except OSError as exc:
+        console.print(
+            f"[red]--out {args.out}: cannot write it ({exc.strerror or exc})[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return 1
     console.print(f"wrote {args.count} {args.game} instances to {args.out}")
     return 0
 
@@ -362,13 +472,35 @@ def _cmd_check_game(args: argparse.Namespace) -> int:
 def _cmd_games(args: argparse.Namespace) -> int:
     from parley.environments import registry
 
+    header = ("game", "roles", "built-in players", "description")
+    rows = [
+        (
+            name,
+            ", ".join(info.roles),
+            "; ".join(f"{role}: {', '.join(kinds)}" for role, kinds in info.players.items()),
+            info.description,
+        )
+        for name, info in registry.all_games().items()
+    ]
+    if not sys.stdout.isatty():  # piped or in a file: whole lines, tab-separated, for grep/cut
+        text = "".join(
+            "\t".join(" ".join(c.split()) for c in row) + "\n" for row in (header, *rows)
+        )
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:  # `parley games | head`: the reader had enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     table = Table(title="games")
-    for column in ("game", "roles", "built-in players", "description"):
-        table.add_column(column)
-    for name, info in registry.all_games().items():
-        players = "; ".join(f"{role}: {', '.join(kinds)}" for role, kinds in info.players.items())
-        table.add_row(name, ", ".join(info.roles), players, info.description)
-    Console().print(table)
+    # A game's name is what one types: never cut it; the other columns wrap instead.
+    longest = max((len(row[0]) for row in rows), default=4)
+    table.add_column(header[0], no_wrap=True, min_width=longest)
+    for column in header[1:]:
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(highlight=False).print(table)
     return 0
 
 
@@ -385,12 +517,68 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    run = _run_folder(args.run)
+    if run is None:
+        return 2
+    from parley.results import ExportError, export
+
+    try:
+        written = export(run, args.format, args.out)
+    except ExportError as exc:
+        console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    for path in written:
+        console.print(f"written {path}", highlight=False, soft_wrap=True)
+    return 0
+
+
 def _run_folder(value: str | None) -> Path | None:
     run = Path(value) if value else None
     if run is None or not (run / "episodes.jsonl").exists():
         console.print(f"[red]{run} is not a run folder (no episodes.jsonl)[/]")
         return None
     return run
+
+
+def _analysed_folder(value: str | None) -> Path | None:
+    """A run folder, or one rebuilt beside an exported trace set (observability/trace_runs.py)."""
+    from parley.observability.trace_runs import (
+        TraceSetError,
+        default_folder,
+        is_trace_set,
+        materialise,
+    )
+
+    if not value or not is_trace_set(value):
+        return _run_folder(value)
+    try:
+        folder = materialise(value, default_folder(value))
+    except TraceSetError as exc:
+        console.print(f"[red]{exc}[/]", highlight=False, soft_wrap=True)
+        return None
+    console.print(f"read the episodes of trace set {value} (as a run folder: {folder})")
+    return folder
+
+
+def _cmd_traces(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from parley.observability.otlp_json import ExportError, export, trace_files
+
+    if not trace_files(args.run):
+        console.print(f"[red]{args.run} holds no traces (no traces.jsonl or OTLP JSON files)[/]")
+        return 2
+    headers = dict(h.partition("=")[::2] for h in args.header)
+    try:
+        requests, spans = asyncio.run(
+            export(args.run, args.otlp, protocol=args.protocol, headers=headers)
+        )
+    except ExportError as exc:
+        console.print(f"[red]{exc}[/]", highlight=False, soft_wrap=True)
+        return 1
+    console.print(f"sent {spans} spans in {requests} requests to {args.otlp}", highlight=False)
+    return 0
 
 
 def _cmd_leaks(args: argparse.Namespace) -> int:
@@ -415,7 +603,7 @@ def _cmd_leaks(args: argparse.Namespace) -> int:
                 )
         Console().print(table)
         return 0
-    run = _run_folder(args.run)
+    run = _analysed_folder(args.run)
     if run is None:
         return 2
     from parley.runtime.reports.analysis import leaks_text
@@ -425,7 +613,7 @@ def _cmd_leaks(args: argparse.Namespace) -> int:
 
 
 def _cmd_errors(args: argparse.Namespace) -> int:
-    run = _run_folder(args.run)
+    run = _analysed_folder(args.run)
     if run is None:
         return 2
     from parley.runtime.reports.analysis import errors_text
@@ -434,24 +622,73 @@ def _cmd_errors(args: argparse.Namespace) -> int:
     if not args.judge:
         return 0
     import yaml
+    from pydantic import ValidationError
 
+    from parley.agents.backends.client import ModelUnavailable
     from parley.agents.backends.spec import ModelSpec
     from parley.observability.judge import judge_run, write_verdicts
     from parley.runtime.reports.analysis import judge_text
 
     source = Path(args.models) if args.models else run / "config.yaml"
-    registry = (yaml.safe_load(source.read_text()) or {}).get("models") or {}
+    try:
+        loaded = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        console.print(
+            f"[red]--models {source}: cannot read it ({exc})[/]", highlight=False, soft_wrap=True
+        )
+        return 2
+    registry = (loaded.get("models") if isinstance(loaded, dict) else None) or {}
     if args.judge not in registry:
         console.print(f"[red]no model {args.judge!r} in the models of {source}[/]")
         return 2
-    specs = {name: ModelSpec.model_validate(spec) for name, spec in registry.items()}
-    verdicts = event_loop.run(
-        judge_run(run, args.judge, specs, failed_only=not args.all, concurrency=args.concurrency)
-    )
+    try:  # only the judge's entry: the others are not needed here
+        spec = ModelSpec.model_validate(registry[args.judge])
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors()
+        )
+        console.print(
+            f"[red]model {args.judge} in {source}: {problems}[/]", highlight=False, soft_wrap=True
+        )
+        return 2
+    if spec.launch is not None and not spec.base_urls:
+        # launch: servers live only as long as the run that started them.
+        console.print(
+            f"[red]model {args.judge} is started by a run (launch:) and has no base_url to "
+            "judge with: serve it and give its base_url, or judge with another model[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return 2
+    try:
+        verdicts = event_loop.run(
+            judge_run(
+                run,
+                args.judge,
+                {args.judge: spec},
+                failed_only=not args.all,
+                concurrency=args.concurrency,
+            )
+        )
+    except ModelUnavailable as exc:
+        console.print(
+            f"[red]the judge cannot be reached: {exc}[/]", highlight=False, soft_wrap=True
+        )
+        return 1
     path = write_verdicts(run, verdicts)
     print(judge_text(run, verdicts))
     console.print(f"verdicts written to {path}")
     return 0
+
+
+def _seconds(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value!r}")
+    return number
 
 
 def _port(value: str) -> int:
@@ -481,6 +718,11 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     if args.runs and not Path(args.runs).is_dir():
         console.print(f"[red]--runs {args.runs}: no such folder[/]", highlight=False)
         return 2
+    if args.runs:  # a newer parley's run folder would be misread: refused (main says why)
+        from parley.records import check_folder
+
+        for folder in [Path(args.runs), *Path(args.runs).iterdir()]:
+            check_folder(folder)
     if args.bus:
         problem = event_loop.run(bus_problem(args.bus))
         if problem is not None:
@@ -527,7 +769,14 @@ def _cmd_sim_server(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``parley`` parser. ``command``: the subcommand about to run, where known; the
+    arguments of ``worker`` and ``sim-server`` come from modules that import the whole runtime
+    or a web server, so only that command's parser loads them (``parley run`` starts faster)."""
+
+    def wanted(name: str) -> bool:
+        return command is None or command == name
+
     parser = argparse.ArgumentParser(
         prog="parley", description="Play many multi-agent game episodes at once."
     )
@@ -543,7 +792,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a config field, e.g. --set games.0.seeds.count=5",
     )
     run.add_argument("--bus", help="bus URL: local (default) or mqtt://host:port")
-    run.add_argument("--concurrency", type=int, help="episodes at once (overrides the config)")
+    run.add_argument(
+        "--concurrency", type=_positive, help="episodes at once (overrides the config)"
+    )
     run.add_argument(
         "--workers",
         help="processes playing the episodes: a number, auto (one per core), or remote (parley "
@@ -558,7 +809,28 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--resume", action="store_true", help="continue a run folder, skipping finished episodes"
     )
+    run.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="resume, and play the episodes recorded as error again (the new record counts)",
+    )
+    run.add_argument(
+        "--force-resume",
+        action="store_true",
+        help="resume a folder even though it was made by a config that asks for other episodes",
+    )
+    run.add_argument(
+        "--log-every",
+        type=_seconds,
+        metavar="S",
+        help="outside a terminal (nohup, Slurm): print a status line every S seconds (default 30)",
+    )
     run.add_argument("--quiet", action="store_true", help="no live progress display")
+    run.add_argument(
+        "--no-report",
+        action="store_true",
+        help="write no report.md and print no summary table (later: parley report FOLDER)",
+    )
     run.add_argument(
         "--dashboard",
         nargs="?",
@@ -567,7 +839,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve the live dashboard from this run (default port: the config's, 8765)",
     )
+    add_run_arguments(run)  # --no-check
     run.set_defaults(fn=_cmd_run)
+    add_check_command(sub)  # parley check CONFIG
+    from parley.runtime.plan import add_plan_command
+
+    add_plan_command(sub)  # parley plan CONFIG
 
     games = sub.add_parser("games", help="list the games and their roles")
     games.set_defaults(fn=_cmd_games)
@@ -598,7 +875,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     instances.add_argument("game", help="game name (see parley games)")
     instances.add_argument("--start", type=int, default=0, help="first seed (default 0)")
-    instances.add_argument("--count", type=int, default=10, help="how many seeds (default 10)")
+    instances.add_argument(
+        "--count", type=_positive, default=10, help="how many seeds (default 10)"
+    )
     instances.add_argument(
         "--set",
         action="append",
@@ -613,10 +892,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run", help="run folder")
     report.set_defaults(fn=_cmd_report)
 
+    export = sub.add_parser(
+        "export", help="write a run's episodes and turns as tables (parquet or JSON Lines)"
+    )
+    export.add_argument("run", help="run folder")
+    export.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
+    export.add_argument("--out", help="folder to write into (default: RUN/export)")
+    export.set_defaults(fn=_cmd_export)
+
     leaks = sub.add_parser(
         "leaks", help="private facts one role disclosed to another, per episode and pairing"
     )
-    leaks.add_argument("run", nargs="?", help="run folder")
+    leaks.add_argument("run", nargs="?", help="run folder, or exported traces (OTLP JSON)")
     leaks.add_argument("--limit", type=int, default=20, help="disclosures to list (default 20)")
     leaks.add_argument(
         "--eval",
@@ -628,7 +915,7 @@ def build_parser() -> argparse.ArgumentParser:
     leaks.set_defaults(fn=_cmd_leaks)
 
     errors = sub.add_parser("errors", help="error categories per model (rules; optional judge)")
-    errors.add_argument("run", help="run folder")
+    errors.add_argument("run", help="run folder, or exported traces (OTLP JSON)")
     errors.add_argument("--limit", type=int, default=20, help="findings to list (default 20)")
     errors.add_argument("--judge", metavar="MODEL", help="also ask this model (registry name)")
     errors.add_argument(
@@ -637,8 +924,28 @@ def build_parser() -> argparse.ArgumentParser:
     errors.add_argument(
         "--all", action="store_true", help="judge every episode, not only failed ones"
     )
-    errors.add_argument("--concurrency", type=int, default=8, help="judge requests at once")
+    errors.add_argument("--concurrency", type=_positive, default=8, help="judge requests at once")
     errors.set_defaults(fn=_cmd_errors)
+
+    traces = sub.add_parser("traces", help="a finished run's traces")
+    traces_sub = traces.add_subparsers(dest="traces_command", required=True)
+    traces_export = traces_sub.add_parser(
+        "export", help="replay a run's traces to an OTLP/HTTP collector or viewer"
+    )
+    traces_export.add_argument("run", help="run folder, its traces.jsonl, or OTLP JSON files")
+    traces_export.add_argument(
+        "--otlp",
+        required=True,
+        metavar="URL",
+        help="OTLP/HTTP endpoint, e.g. http://localhost:4318",
+    )
+    traces_export.add_argument(
+        "--protocol", choices=("http/protobuf", "http/json"), default="http/protobuf"
+    )
+    traces_export.add_argument(
+        "--header", action="append", default=[], metavar="K=V", help="HTTP header to send"
+    )
+    traces_export.set_defaults(fn=_cmd_traces)
 
     dashboard = sub.add_parser(
         "dashboard", help="watch the runs on a broker, and finished runs in a folder, in a browser"
@@ -707,28 +1014,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.set_defaults(fn=_cmd_broker)
 
-    from parley.runtime.remote_worker import add_arguments as worker_arguments
-
     worker = sub.add_parser(
         "worker",
         help="play the episodes of distributed runs (workers: remote) from a broker",
     )
-    worker_arguments(worker)
-    worker.set_defaults(fn=_cmd_worker)
+    if wanted("worker"):
+        from parley.runtime.remote_worker import add_arguments as worker_arguments
 
-    from parley.agents.backends.simserver import add_arguments as sim_arguments
+        worker_arguments(worker)
+    worker.set_defaults(fn=_cmd_worker)
 
     sim = sub.add_parser(
         "sim-server",
         help="a stand-in model server (OpenAI and Anthropic APIs) for tests without GPUs or keys",
     )
-    sim_arguments(sim)
+    if wanted("sim-server"):
+        from parley.agents.backends.simserver import add_arguments as sim_arguments
+
+        sim_arguments(sim)
     sim.set_defaults(fn=_cmd_sim_server)
+
+    from parley.agents.backends import cache as response_cache
+
+    cache = sub.add_parser(
+        "cache", help="the response cache of `cache: true` runs: stats or clear [PATH]"
+    )
+    response_cache.add_arguments(cache)
+    cache.set_defaults(fn=response_cache.run_from_args)
     return parser
 
 
-# The commands that list or play games: a game plugin that failed to load is named first.
-GAME_COMMANDS = ("run", "games", "check-game", "instances", "report", "worker")
+# The commands that list or play games: a game plugin that failed to load is named first
+# (``run`` names it once its config is read).
+GAME_COMMANDS = ("games", "check-game", "instances", "report", "worker", "check", "plan")
 
 
 def _warn_broken_plugins() -> None:
@@ -738,8 +1056,14 @@ def _warn_broken_plugins() -> None:
         console.print(f"[yellow]warning: {error}[/]", highlight=False, markup=True)
 
 
+def _command_of(argv: list[str]) -> str | None:
+    """The subcommand named in ``argv`` (its first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if args.command in GAME_COMMANDS:
         _warn_broken_plugins()
@@ -747,6 +1071,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.fn(args) or 0)
     except ConfigError as exc:
         console.print(f"[red]{exc}[/]", highlight=False)
+        return 2
+    except NewerSchema as exc:  # any command reading a folder of a newer parley (resume too)
+        console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
         return 2
 
 

@@ -190,8 +190,9 @@ class _AgentActor(Actor):
                 "parley.player": runner.spec.players[self.agent.role].label,
             },
         ) as span:
-            if self.model_player and tracing.enabled():
-                # Model-call spans find their conversation (the episode) in the baggage.
+            if self.model_player and tracing.record_content():
+                # Model-call spans find their conversation on this span; the baggage adds the
+                # content flag (and the conversation, for spans not under this one).
                 token = otel_context.attach(tracing.conversation_context(runner.spec.id))
                 try:
                     response = await self.agent.respond(request)
@@ -349,6 +350,11 @@ class EpisodeRunner:
             self.result.finished_at = time.time()
             span.set_attribute("parley.outcome", self.result.outcome)
             span.set_attribute("parley.turns", self.result.turns)
+            if tracing.record_content() and span.is_recording():
+                # Content opted in: the record and transcript ride on the episode's span, so an
+                # exported trace set alone serves `parley leaks` and `parley errors`.
+                record = self.result.record(self.options.run)
+                span.set_attributes(tracing.episode_content(record, self.result.transcript))
             if self.result.outcome == "error":
                 span.set_status(Status(StatusCode.ERROR, self.result.reason[:200]))
             await self._publish_finished()
@@ -847,6 +853,27 @@ class EpisodeRunner:
                 stats["repaired"] = stats.get("repaired", 0) + int(call["repaired"])
             if call.get("cut"):
                 stats["cut"] = stats.get("cut", 0) + 1
+            # Reasoning tokens (part of the output) and prompt-cache reads/writes (apart from
+            # the input, priced apart), and replies replayed from the response cache.
+            extra = call.get("usage") or {}
+            for key in ("reasoning", "cache_read", "cache_write"):
+                if extra.get(key):
+                    tokens = self.result.tokens.setdefault(role, {"input": 0, "output": 0})
+                    tokens[key] = tokens.get(key, 0) + int(extra[key])
+            if call.get("cached"):
+                stats["cached"] = stats.get("cached", 0) + 1
+            # Replies held to the legal actions, or asked to be and not expressible
+            # (agents/backends/constrain.py); replies served from a batch (batch.py).
+            if "constrained" in call:
+                key = "constrained" if call["constrained"] else "unconstrained"
+                stats[key] = stats.get(key, 0) + 1
+            if call.get("batch_fallback"):
+                stats["batch_fallback"] = stats.get("batch_fallback", 0) + 1
+            if call.get("batch"):
+                batch = stats.setdefault("batch", {"requests": 0, "input": 0, "output": 0})
+                batch["requests"] += 1
+                batch["input"] += int((call.get("usage") or {}).get("input", 0))
+                batch["output"] += int((call.get("usage") or {}).get("output", 0))
 
     def _note(self, text: str) -> TranscriptEvent:
         return TranscriptEvent(

@@ -589,6 +589,11 @@ def command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cached(config: ExperimentConfig, model: str) -> bool:
+    spec = config.models.get(model)
+    return spec is not None and spec.cache not in (None, False)
+
+
 def check_before_run(config: ExperimentConfig, args: argparse.Namespace) -> int | None:
     """For ``parley run``: the checks of ``parley check``, unless ``--no-check``. Returns the
     exit code when the run must not start (1: a model failed), None when it may."""
@@ -610,6 +615,17 @@ def check_before_run(config: ExperimentConfig, args: argparse.Namespace) -> int 
         return None
     results = event_loop.run(check_config(config))
     failed = [r for r in results if r.status == "failed"]
+    # A model with a response cache may rerun with its server gone (the point of the cache):
+    # its failure is a warning, and any request the cache lacks ends its episode as error.
+    cached = [r for r in failed if _cached(config, r.model)]
+    for r in cached:
+        console.print(
+            f"[yellow]pre-flight: {r.message} — going on: its replies come from the response "
+            "cache, and a request the cache lacks ends its episode as error[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    failed = [r for r in failed if r not in cached]
     if not failed:
         if not getattr(args, "quiet", False):
             passed = sum(r.status == "ok" for r in results)

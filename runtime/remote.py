@@ -58,7 +58,7 @@ from parley.runtime.episode import EpisodeOptions
 from parley.runtime.experiment import EpisodeSpec
 from parley.runtime.results import EncodedResult, RecordingFailed, ResultWriter
 from parley.runtime.scheduler import Progress
-from parley.runtime.status import StatusPublisher, model_tokens
+from parley.runtime.status import StatusPublisher, model_tokens, pairing_key
 
 log = logging.getLogger("parley.runtime.remote")
 
@@ -575,4 +575,9 @@ class RemoteScheduler:
         record = result.record
         players = (record.get("spec") or {}).get("players") or {}
         tokens = model_tokens(players, record.get("tokens") or {})
-        self.progress.count(record["outcome"], int(record.get("turns", 0)), tokens)
+        self.progress.count(
+            record["outcome"],
+            int(record.get("turns", 0)),
+            tokens,
+            pairing_key(record["game"], record.get("pairing") or {}),
+        )

@@ -379,9 +379,17 @@ def _endpoint_source(
     return pool
 
 
-def worker_count(workers: int | str) -> int:
-    """``workers`` as a number: ``auto`` is one per core (``remote``: none here)."""
+# ``workers: auto`` plays a run of fewer episodes than this in one process: a worker process
+# takes seconds to start (interpreter, imports, model clients), more than a small run gains.
+AUTO_ONE_PROCESS_BELOW = 1000
+
+
+def worker_count(workers: int | str, episodes: int | None = None) -> int:
+    """``workers`` as a number: ``auto`` is one per core, or one process for a run of fewer
+    than :data:`AUTO_ONE_PROCESS_BELOW` ``episodes`` (``remote``: none here)."""
     if workers == "auto":
+        if episodes is not None and episodes < AUTO_ONE_PROCESS_BELOW:
+            return 1
         return os.cpu_count() or 1
     if workers == "remote":
         return 0
@@ -484,7 +492,7 @@ async def _run_in_folder(
     run_id = folder.run_id
     url = bus_url or config.bus
     limit = concurrency or config.concurrency
-    processes = worker_count(config.workers)
+    processes = worker_count(config.workers, len(todo))
     messages = config.tracing.messages
     if messages == "auto":
         messages = url.startswith("mqtt")
@@ -562,11 +570,12 @@ async def _run_in_folder(
             stack.push_async_callback(status.stop)  # the final status, before the bus closes
             models = await stack.enter_async_context(open_models(config.models, folder.path, todo))
             options.models = models  # one pool of model clients for every episode
-            if isinstance(scheduler, Scheduler) and any(m.batch for m in config.models.values()):
+            if any(m.batch for m in config.models.values()):
                 from parley.runtime.batching import prefetch_first_turns
 
                 # batch: true models: first turns answered through batch APIs, ahead.
-                await prefetch_first_turns(todo, models, run_id, folder.path)
+                local = isinstance(scheduler, Scheduler)
+                await prefetch_first_turns(todo, models, run_id, folder.path, local=local)
             # What the endpoints serve, asked in the background, into run.json at the end.
             await stack.enter_async_context(provenance.endpoints_recorded(folder, models, todo))
             # The final status, with the endpoints' figures: before the pool closes.

@@ -61,7 +61,7 @@ from parley.runtime.episode import EpisodeOptions, EpisodeResult
 from parley.runtime.experiment import EpisodeSpec, memory_chains
 from parley.runtime.results import EncodedResult, RecordingFailed, ResultWriter
 from parley.runtime.scheduler import Progress, Scheduler, episode_options, open_memory_store
-from parley.runtime.status import StatusPublisher, model_tokens, usd_prices
+from parley.runtime.status import StatusPublisher, model_tokens, pairing_key, usd_prices
 
 _FRAME = struct.Struct(">IB")
 # An episode in flight when this many processes died is played alone (then no other episode
@@ -433,7 +433,12 @@ class WorkerScheduler:
             return
         record = result.record
         tokens = model_tokens((record.get("spec") or {}).get("players") or {}, record["tokens"])
-        self.progress.count(record["outcome"], int(record.get("turns", 0)), tokens)
+        self.progress.count(
+            record["outcome"],
+            int(record.get("turns", 0)),
+            tokens,
+            pairing_key(record["game"], record.get("pairing") or {}),
+        )
 
 
 # --- the worker ------------------------------------------------------------------------------

@@ -448,7 +448,12 @@ def parse_openai(data: Any) -> Reply:
         text,
         data,
         Usage(
-            input_tokens=_int(usage.get("prompt_tokens"), "usage.prompt_tokens"),
+            # Prompt tokens the server's prompt cache served are counted apart (priced apart:
+            # client.usage_details, PriceSpec).
+            input_tokens=max(
+                0,
+                _int(usage.get("prompt_tokens"), "usage.prompt_tokens") - _cached_prompt(usage),
+            ),
             output_tokens=_int(usage.get("completion_tokens"), "usage.completion_tokens"),
         )
         if usage
@@ -457,6 +462,15 @@ def parse_openai(data: Any) -> Reply:
         data.get("model"),
         "choices[0].",
     )
+
+
+def _cached_prompt(usage: dict[str, Any]) -> int:
+    """OpenAI's ``usage.prompt_tokens_details.cached_tokens`` (0 when absent or not a count)."""
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if isinstance(cached, int) and not isinstance(cached, bool) and 0 < cached < 2**63:
+        return cached
+    return 0
 
 
 def _part_text(part: Any, index: int) -> str:
@@ -475,6 +489,7 @@ class OpenAIStream:
 
     def __init__(self) -> None:
         self.text: list[str] = []
+        self.reasoning: list[str] = []  # vLLM/DeepSeek-style reasoning_content deltas
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.model = ""
@@ -499,6 +514,9 @@ class OpenAIStream:
             content = _opt_str(delta.get("content"), "a chunk's delta.content")
             if content:
                 self.text.append(content)
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if isinstance(thought, str):
+                self.reasoning.append(thought)
             finish = _opt_str(choice.get("finish_reason"), "a chunk's finish_reason")
             if finish:
                 self.finish = finish
@@ -516,7 +534,14 @@ class OpenAIStream:
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": {
+                        "role": "assistant",
+                        "content": text,
+                        # Kept in the raw response (the turn's record), never in the reply.
+                        **(
+                            {"reasoning_content": "".join(self.reasoning)} if self.reasoning else {}
+                        ),
+                    },
                     "finish_reason": self.finish,
                 }
             ],
@@ -596,18 +621,16 @@ def parse_anthropic(data: Any) -> Reply:
                 raise BadResponse(f"content[{i}].text is {shown(text)}, expected a string")
             texts.append(text)
     usage = _obj(data.get("usage"), "usage") if data.get("usage") is not None else None
+    if usage is not None:
+        # Prompt-cache reads and writes are counted apart from the input (and priced apart:
+        # client.usage_details, PriceSpec), but must still be token counts.
+        for key in ("cache_read_input_tokens", "cache_creation_input_tokens"):
+            _int(usage.get(key), f"usage.{key}")
     return _finish(
         "".join(texts),
         data,
         Usage(
-            input_tokens=sum(
-                _int(usage.get(key), f"usage.{key}")
-                for key in (
-                    "input_tokens",
-                    "cache_read_input_tokens",
-                    "cache_creation_input_tokens",
-                )
-            ),
+            input_tokens=_int(usage.get("input_tokens"), "usage.input_tokens"),
             output_tokens=_int(usage.get("output_tokens"), "usage.output_tokens"),
         )
         if usage is not None

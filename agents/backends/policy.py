@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
+from parley.agents.backends import constrain
 from parley.agents.backends.client import ModelClient, ModelUnavailable
 from parley.agents.backends.spec import GenerationParams
 from parley.agents.policies import Decision
@@ -44,15 +46,35 @@ class LlmPolicy:
     async def decide(self, prompt: Prompt) -> Decision:
         if self.client is None:
             raise ModelUnavailable(self._unavailable or f"model {self.name} is unavailable")
-        done = await self.client.complete(prompt.messages(), self.params)
+        constraint, held = self.constraint(prompt)
+        done = await self.client.complete(prompt.messages(), self.params, constraint=constraint)
         reply = done.reply
+        if held and done.calls:
+            done.calls[0].update(held)
         return Decision(
-            text=reply.text,
+            text=constraint.unwrap(reply.text) if constraint is not None else reply.text,
             model=reply.model or self.client.spec.model,
             usage=reply.usage,
             latency_s=done.latency_s,
             raw=reply.raw,
             calls=done.calls,
+        )
+
+    def constraint(self, prompt: Prompt) -> tuple[constrain.Constraint | None, dict[str, Any]]:
+        """What this turn's reply is held to (``constrain``), and what its call record says."""
+        assert self.client is not None
+        spec = self.client.spec
+        view = prompt.working.view
+        if isinstance(view, dict) and view.get("memory_note"):
+            return None, {}  # the end-of-episode note to itself is no move of the game
+        return constrain.for_turn(
+            self.params.constrain or spec.constrain,
+            prompt.working.legal_actions,
+            backend=spec.backend,
+            base_urls=spec.base_urls,
+            via=spec.constrain_via,
+            model=self.name,
+            role=self.role,
         )
 
     async def aclose(self) -> None:

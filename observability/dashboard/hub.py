@@ -103,6 +103,13 @@ class PairingStats:
         if score is not None and not math.isnan(score):
             self.scores.append(float(score))
 
+    def remove(self, outcome: str, score: float | None) -> None:
+        """Take back an episode :meth:`add` counted (its record was superseded)."""
+        self.episodes -= 1
+        self.success -= outcome == "success"
+        if score is not None and not math.isnan(score) and float(score) in self.scores:
+            self.scores.remove(float(score))
+
 
 @dataclass
 class LiveEpisode:
@@ -137,7 +144,8 @@ class RunState:
         self.statuses: dict[str, dict[str, Any]] = {}
         self.index = EpisodeIndex()
         self.pairings: dict[tuple[str, str], PairingStats] = {}
-        self.scored: set[str] = set()
+        # Episode → what its pairing row counted (game, pairing, outcome, score).
+        self.scored: dict[str, tuple[str, str, str, float | None]] = {}
         self.leaks = 0
         self.leak_list: deque[dict[str, Any]] = deque(maxlen=MAX_LEAKS)
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY)
@@ -167,10 +175,16 @@ class RunState:
     def score(
         self, episode: str, game: str, pairing: str, outcome: str, score: float | None
     ) -> None:
-        """Count a finished episode into its pairing's row, once."""
-        if episode in self.scored or outcome in (RUNNING, "cancelled"):
+        """Count a finished episode into its pairing's row, once; a later record of it with
+        another outcome (``--retry-errors`` played an ``error`` again) replaces the count."""
+        if outcome in (RUNNING, "cancelled"):
             return
-        self.scored.add(episode)
+        before = self.scored.get(episode)
+        if before is not None:
+            if before[2] == outcome:
+                return
+            self.pairings[(before[0], before[1])].remove(before[2], before[3])
+        self.scored[episode] = (game, pairing, outcome, score)
         self.pairings.setdefault((game, pairing), PairingStats()).add(outcome, score)
 
     def status(self) -> dict[str, Any]:
