@@ -334,24 +334,70 @@ print(json.dumps({"episodes": episodes, "turns": responses,
                   "seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu}))
 """
 
-# parley's side: scripted players on comma.memory (five stages, ~19 turns an episode, the longest
-# scripted COMMA episode), in one process on the local bus, tracing and state publishing off, one
-# episode at a time as clemcore plays them (``--long-concurrency`` for more at once). Timed from
-# the run's start to its end, imports excluded as on clemcore's side.
+# parley's side, in one process on the local bus, tracing and state publishing off, one episode
+# at a time as clemcore plays them (``--long-concurrency`` for more at once), scripted players,
+# timed from the run's start to its end, imports excluded as on clemcore's side. Two games:
+# ``bench.count``, the counting game above written on parley's GameMaster and registered here as
+# a plugin would (a game as trivial as clemcore's: what is left is the runtime's per-turn cost),
+# and ``comma.memory`` (``--long-game``; five stages, 19 turns an episode, the longest scripted
+# COMMA episode: a real game's logic on top).
 PARLEY_LONG = """
 import json, sys, tempfile, time
 from pathlib import Path
 from parley import event_loop
-from parley.environments.registry import all_games
+from parley.environments.base import GameMaster, Observation
+from parley.environments.registry import GameInfo, all_games, get, register
 from parley.runtime.config import load_config
 from parley.runtime.scheduler import run_experiment
 
-episodes, concurrency, game = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+
+class CountMaster(GameMaster):
+    # Two roles count in turns, each told the number its partner said, until the turn limit;
+    # one utterance per turn goes into the transcript (clemcore's recorder logs as much).
+    roles = ("a", "b")
+
+    def __init__(self, instance, settings=None):
+        super().__init__(instance, settings)
+        self.last, self.limit, self.who = 0, int(self.settings["turns"]), "a"
+
+    def system_prompt(self, role):
+        return "Count on from the number I give you."
+
+    def whose_turn(self):
+        return self.who
+
+    def observe(self, role):
+        return Observation(text=f"Next after {self.last}", data={"last": self.last})
+
+    def handle_reply(self, role, text):
+        if not text.startswith("NUMBER: "):
+            self.violation(role, "no NUMBER:")
+            return
+        self.last = int(text[len("NUMBER: "):])
+        self.who = "b" if role == "a" else "a"
+        self.say(role, self.who, str(self.last))
+        if self.last >= self.limit:
+            self.end("success", "counted to the limit")
+
+    def scores(self):
+        return {"main": 100.0 if self.outcome == "success" else 0.0}
+
+
+def count(view, rng):
+    return f"NUMBER: {view.data['last'] + 1}"
+
+
+episodes, concurrency, game, turns = map(str, sys.argv[1:5])
+register(GameInfo(name="bench.count", family="bench", roles=("a", "b"), game_master=CountMaster,
+                  instance=lambda seed, settings: {"seed": seed},
+                  players={"a": {"scripted": count}, "b": {"scripted": count}},
+                  text_only=True, default_settings={"turns": 19, "variant": "text"}))
+settings = {"variant": "text", **({"turns": int(turns)} if game == "bench.count" else {})}
 config = load_config({
-    "name": "peers-long", "concurrency": concurrency, "workers": 1,
+    "name": "peers-long", "concurrency": int(concurrency), "workers": 1,
     "tracing": {"enabled": False}, "state": {"publish": "off"},
-    "games": [{"game": game, "seeds": {"count": episodes}, "settings": {"variant": "text"},
-               "pairings": [{"solver": "scripted", "expert": "scripted"}]}],
+    "games": [{"game": game, "seeds": {"count": int(episodes)}, "settings": settings,
+               "pairings": [{role: "scripted" for role in get(game).roles}]}],
 })
 out = Path(tempfile.mkdtemp(prefix="parley-peers-long-"))
 all_games()  # the games imported before the clock starts, as clemcore's game is
@@ -382,29 +428,35 @@ def _driver(python: Path | str, source: str, *argv: object) -> dict[str, Any]:
 
 
 def long_game(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Per repeat: parley on ``--long-game`` (which sets the episode length), parley on the
+    counting game and clemcore on its counting game, both as long."""
     clem = peer_python("clemcore")
     rows: list[dict[str, Any]] = []
     turns_per_episode = 0
     for repeat in range(args.repeats):
-        for who in ("parley", "clemcore"):
+        for who, game in (
+            ("parley", args.long_game),
+            ("parley", "bench.count"),
+            ("clemcore", "count (clemcore DialogueGameMaster)"),
+        ):
             if who == "parley":
                 figures = _driver(
                     sys.executable,
                     PARLEY_LONG,
                     args.long_episodes,
                     args.long_concurrency,
-                    args.long_game,
+                    game,
+                    turns_per_episode or 19,
                 )
-                turns_per_episode = round(figures["turns"] / max(1, figures["episodes"]))
+                if game == args.long_game:
+                    turns_per_episode = round(figures["turns"] / max(1, figures["episodes"]))
             else:
                 figures = _driver(clem, CLEM_DRIVER, args.long_episodes, turns_per_episode)
             row = {
                 "workload": "long",
                 "who": who,
                 "repeat": repeat,
-                "game": args.long_game
-                if who == "parley"
-                else "count (clemcore DialogueGameMaster)",
+                "game": game,
                 **figures,
                 "us_per_turn": round(1e6 * figures["seconds"] / max(1, figures["turns"]), 1),
                 "cpu_us_per_turn": round(1e6 * figures["cpu_s"] / max(1, figures["turns"]), 1),
@@ -412,8 +464,9 @@ def long_game(args: argparse.Namespace) -> list[dict[str, Any]]:
             }
             rows.append(row)
             print(
-                f"  long #{repeat} {who:8} {row['us_per_turn']} µs/turn, "
-                f"{row['us_per_episode']} µs/episode ({figures['turns']} turns)",
+                f"  long #{repeat} {who:8} {game[:14]:14} {row['us_per_turn']} µs/turn, "
+                f"{row['cpu_us_per_turn']} CPU µs/turn, {row['us_per_episode']} µs/episode "
+                f"({figures['turns']} turns)",
                 file=sys.stderr,
             )
     return rows
@@ -440,11 +493,20 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 theirs = [r[key] for r in group if r["who"] != "parley" and r[key] is not None]
                 out.append(_line(f"N={n:,} {key}", mine, theirs, "Inspect AI", better))
         else:
-            for key in ("us_per_turn", "cpu_us_per_turn", "us_per_episode"):
-                mine = [r[key] for r in group if r["who"] == "parley"]
-                theirs = [r[key] for r in group if r["who"] != "parley"]
-                out.append(_line(f"long game {key}", mine, theirs, "clemcore", "lower"))
+            # One block per parley game (the counting game first: like for like), each against
+            # clemcore's counting game.
+            games = sorted({r["game"] for r in group if r["who"] == "parley"}, key=_count_first)
+            theirs_rows = [r for r in group if r["who"] != "parley"]
+            for game in games:
+                for key in ("us_per_turn", "cpu_us_per_turn", "us_per_episode"):
+                    mine = [r[key] for r in group if r["who"] == "parley" and r["game"] == game]
+                    theirs = [r[key] for r in theirs_rows]
+                    out.append(_line(f"long {game} {key}", mine, theirs, "clemcore count", "lower"))
     return out
+
+
+def _count_first(game: str) -> tuple[bool, str]:
+    return (game != "bench.count", game)
 
 
 def _line(name: str, mine: list[float], theirs: list[float], peer: str, better: str) -> dict:
