@@ -42,9 +42,11 @@ from opentelemetry.sdk.metrics.export import (
     MetricExportResult,
     MetricReader,
     MetricsData,
+    NumberDataPoint,
     PeriodicExportingMetricReader,
     ResourceMetrics,
     ScopeMetrics,
+    Sum,
 )
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
@@ -87,6 +89,7 @@ class JsonlMetricExporter(MetricExporter):
 
 # Older SDKs' data points have no exemplars.
 _EXEMPLARS = "exemplars" in {f.name for f in dataclasses.fields(HistogramDataPoint)}
+assert ("exemplars" in {f.name for f in dataclasses.fields(NumberDataPoint)}) == _EXEMPLARS
 
 
 class LocalHistogram:
@@ -161,24 +164,90 @@ class LocalHistogram:
         )
 
 
+class LocalCounter:
+    """A monotonic counter aggregated here, cumulatively, per attribute set (see
+    :class:`LocalHistogram`: the same reasons, the same export)."""
+
+    def __init__(self, name: str, unit: str, description: str) -> None:
+        self.name, self.unit, self.description = name, unit, description
+        self.points: dict[tuple[tuple[str, Any], ...], int | float] = {}
+        self.lock = threading.Lock()
+        self.start_ns = time.time_ns()
+
+    def add(self, amount: int | float, attributes: dict[str, Any]) -> None:
+        key = tuple(attributes.items())
+        with self.lock:
+            self.points[key] = self.points.get(key, 0) + amount
+
+    def metric(self, now_ns: int) -> Metric | None:
+        with self.lock:
+            points = list(self.points.items())
+        if not points:
+            return None
+        data_points = []
+        for key, value in points:
+            fields: dict[str, Any] = {
+                "attributes": dict(key),
+                "start_time_unix_nano": self.start_ns,
+                "time_unix_nano": now_ns,
+                "value": value,
+            }
+            if _EXEMPLARS:
+                fields["exemplars"] = []
+            data_points.append(NumberDataPoint(**fields))
+        return Metric(
+            name=self.name,
+            description=self.description,
+            unit=self.unit,
+            data=Sum(
+                data_points=data_points,
+                aggregation_temporality=AggregationTemporality.CUMULATIVE,
+                is_monotonic=True,
+            ),
+        )
+
+
 class _Reader(PeriodicExportingMetricReader):
     """A periodic reader that adds the run's :class:`LocalHistogram` s to each export."""
 
-    def __init__(self, exporter: MetricExporter, histograms: list[LocalHistogram]) -> None:
+    def __init__(
+        self,
+        exporter: MetricExporter,
+        instruments: list[LocalHistogram | LocalCounter],
+        resource: Resource,
+    ) -> None:
         super().__init__(exporter, export_interval_millis=EXPORT_INTERVAL_MS)
-        self._histograms = histograms
+        self._instruments = instruments
+        self._resource = resource
 
     def _receive_metrics(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> None:
-        super()._receive_metrics(merged(metrics_data, self._histograms), timeout_millis, **kwargs)
+        data = merged(metrics_data, self._instruments, self._resource)
+        if data.resource_metrics:
+            super()._receive_metrics(data, timeout_millis, **kwargs)
 
 
-def merged(data: MetricsData, histograms: list[LocalHistogram]) -> MetricsData:
-    """``data`` with ``histograms`` added to the ``parley`` scope of its first resource."""
+def merged(
+    data: MetricsData | None,
+    instruments: list[LocalHistogram | LocalCounter],
+    resource: Resource,
+) -> MetricsData:
+    """``data`` with the ``instruments`` added to the ``parley`` scope of its first resource
+    (a resource of their own when the SDK has nothing to export)."""
     now = time.time_ns()
-    extra = [m for h in histograms if (m := h.metric(now)) is not None]
-    if not extra or not data.resource_metrics:
+    extra = [m for h in instruments if (m := h.metric(now)) is not None]
+    if data is None or not data.resource_metrics:
+        if not extra:
+            return MetricsData([])
+        return MetricsData(
+            [
+                ResourceMetrics(
+                    resource, [ScopeMetrics(InstrumentationScope("parley"), extra, "")], ""
+                )
+            ]
+        )
+    if not extra:
         return data
     first, *rest = data.resource_metrics
     scopes = list(first.scope_metrics)
@@ -273,7 +342,14 @@ class RunMetrics:
         self.episode_duration = LocalHistogram(
             "parley.episode.duration", "s", "One episode", SECONDS
         )
-        histograms = [
+        # Counters too (a few per episode, the SDK's cost per value the same), but for the
+        # episodes: one value per episode keeps the SDK exporting (it skips a reader that it
+        # has no data of its own for).
+        self.turns = LocalCounter("parley.turns", "{turn}", "Answered turns")
+        self.tokens = LocalCounter("parley.tokens", "{token}", "Tokens used per role")
+        instruments: list[LocalHistogram | LocalCounter] = [
+            self.turns,
+            self.tokens,
             self.token_usage,
             self.call_duration,
             self.turn_duration,
@@ -282,17 +358,15 @@ class RunMetrics:
         ]
         readers: list[MetricReader] = []
         if run_dir is not None:
-            readers.append(
-                _Reader(JsonlMetricExporter(Path(run_dir) / "metrics.jsonl"), histograms)
-            )
+            exporter = JsonlMetricExporter(Path(run_dir) / "metrics.jsonl")
+            readers.append(_Reader(exporter, instruments, resource))
         otlp = _otlp_exporter()
         if otlp is not None:
-            readers.append(_Reader(otlp, histograms))
+            readers.append(_Reader(otlp, instruments, resource))
+        # The SDK's provider runs the readers (periodic export, flush and shutdown).
         self.provider = MeterProvider(resource=resource, metric_readers=readers)
         meter = self.provider.get_meter("parley")
         self.episodes = meter.create_counter("parley.episodes", "{episode}", "Finished episodes")
-        self.turns = meter.create_counter("parley.turns", "{turn}", "Answered turns")
-        self.tokens = meter.create_counter("parley.tokens", "{token}", "Tokens used per role")
 
     def record_episode(self, result: Any) -> None:
         self.record(episode_summary(result))
