@@ -147,3 +147,9 @@ async def test_histograms_aggregated_by_the_run_reach_the_metrics_file(
     }
     assert usage["input"]["count"] == usage["output"]["count"] == 2
     assert usage["input"]["sum"] == record["tokens"]["solver"]["input"]
+    assert sum(p["value"] for p in metrics["parley.turns"]["data_points"]) == record["turns"]
+    tokens = {
+        (p["attributes"]["parley.role"], p["attributes"]["gen_ai.token.type"]): p["value"]
+        for p in metrics["parley.tokens"]["data_points"]
+    }
+    assert tokens[("solver", "output")] == record["tokens"]["solver"]["output"]
