@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import orjson
 import yarl
-from opentelemetry import baggage, trace
+from opentelemetry import trace
 
 from parley.agents.backends import spans as genai_spans
 from parley.agents.backends.cache import request_key
@@ -783,9 +783,9 @@ class ModelClient:
             attributes["gen_ai.usage.output_tokens"] = usage.output_tokens
         if done.reply.finish_reason:
             attributes["gen_ai.response.finish_reasons"] = [done.reply.finish_reason]
-        conversation = baggage.get_baggage("gen_ai.conversation.id")
+        conversation = genai_spans.conversation_id()
         if conversation:
-            attributes["gen_ai.conversation.id"] = str(conversation)
+            attributes["gen_ai.conversation.id"] = conversation
         with tracer.start_as_current_span(
             f"chat {self.spec.model}", kind=trace.SpanKind.CLIENT, attributes=attributes
         ):
@@ -834,10 +834,10 @@ class ModelClient:
                     content = genai_spans.record_content()  # the conversation: opt-in only
                     if content:
                         attributes.update(genai_spans.content_attributes(body))
-                    # The episode, set as baggage by the runtime around the agent's turn.
-                    conversation = baggage.get_baggage("gen_ai.conversation.id")
+                    # The episode: on the agent's span this call runs under (or as baggage).
+                    conversation = genai_spans.conversation_id()
                     if conversation:
-                        attributes["gen_ai.conversation.id"] = str(conversation)
+                        attributes["gen_ai.conversation.id"] = conversation
                     span_context = tracer.start_as_current_span(
                         f"chat {spec.model}",
                         kind=trace.SpanKind.CLIENT,
