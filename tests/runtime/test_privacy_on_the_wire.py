@@ -512,9 +512,10 @@ async def test_worker_processes_and_a_resumed_run_sign_with_the_folders_key(
     def on_start(scheduler: Any) -> None:
         tasks.append(asyncio.create_task(watch(scheduler.bus, scheduler.options.run)))
 
-    # Resumed with more seeds: the four played are skipped, four more played in this process.
+    # Resumed with more seeds (another config: forced): the four played are skipped, four
+    # more played in this process.
     outcome = await run_experiment(
-        comma_config("comma.atm", "events", count=8), out, resume=True, on_start=on_start
+        comma_config("comma.atm", "events", count=8), out, force_resume=True, on_start=on_start
     )
     for task in tasks:
         task.cancel()
