@@ -1,16 +1,24 @@
-"""The versioned JSON wire codec, with images inline (base64) or by reference (sha256 only)."""
+"""The versioned JSON wire codec, with images inline (base64) or by reference (sha256 only).
+
+A payload is one message, a JSON object, or a *batch*: a JSON array of messages, in the order
+they were published on its topic (:func:`encode_batch`, :func:`decode_batch`). The MQTT
+transport sends a batch as one PUBLISH with the content type :data:`BATCH_CONTENT_TYPE`; the
+first byte tells the two apart too (``{`` or ``[``), for brokers and clients without MQTT 5
+properties.
+"""
 
 from __future__ import annotations
 
 import json
 import reprlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from parley.bus.messages import KINDS, MESSAGE_ADAPTER, WIRE_VERSION, ImagePart, Message
 
 CONTENT_TYPE = "application/vnd.parley+json"
+BATCH_CONTENT_TYPE = "application/vnd.parley.batch+json"
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 
 
@@ -86,6 +94,71 @@ def decode(
     if resolve_image is not None:
         message = _resolve_images(message, resolve_image)
     return message
+
+
+_BATCH_ADAPTER: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+_RAW_LIST: TypeAdapter[list[object]] = TypeAdapter(list[object])
+_WHITESPACE = b" \t\r\n"
+
+
+def encode_batch(payloads: Sequence[bytes]) -> bytes:
+    """Join encoded messages (from :func:`encode`) into one batch payload, a JSON array."""
+    return b"[" + b",".join(payloads) + b"]"
+
+
+def is_batch(payload: bytes | bytearray | memoryview) -> bool:
+    """Whether ``payload`` is a batch (a JSON array) rather than one message (an object)."""
+    view = bytes(payload[:64]).lstrip(_WHITESPACE)
+    return view[:1] == b"["
+
+
+def decode_batch(
+    payload: bytes,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    resolve_image: Callable[[str], bytes | None] | None = None,
+) -> list[Message | CodecError]:
+    """The messages of a batch, in order; an item that cannot become a message is a
+    :class:`CodecError` in its place (the others still count). A payload that is not a JSON
+    array at all raises one."""
+    if len(payload) > max_bytes:
+        raise PayloadTooLarge(f"payload is {len(payload)} bytes; the limit is {max_bytes}")
+    try:
+        messages: list[Message | CodecError] = list(_BATCH_ADAPTER.validate_json(payload))
+    except ValidationError:
+        messages = _decode_items(payload, max_bytes)  # some item is bad: one at a time
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise MalformedPayload(f"batch cannot be read: {type(exc).__name__}") from None
+    if resolve_image is None:
+        return messages
+    out: list[Message | CodecError] = []
+    for item in messages:
+        if isinstance(item, CodecError):
+            out.append(item)
+            continue
+        try:
+            out.append(_resolve_images(item, resolve_image))
+        except CodecError as exc:
+            out.append(exc)
+    return out
+
+
+def _decode_items(payload: bytes, max_bytes: int) -> list[Message | CodecError]:
+    try:
+        items = _RAW_LIST.validate_json(payload)
+    except ValidationError:
+        raise MalformedPayload("batch is not a JSON array") from None
+    except (ValueError, RecursionError) as exc:
+        raise MalformedPayload(f"batch cannot be read: {type(exc).__name__}") from None
+    out: list[Message | CodecError] = []
+    for item in items:
+        try:
+            out.append(decode(json.dumps(item).encode(), max_bytes=max_bytes))
+        except CodecError as exc:
+            out.append(exc)
+        except (TypeError, ValueError, RecursionError) as exc:
+            out.append(MalformedPayload(f"batch item cannot be read: {type(exc).__name__}"))
+    return out
 
 
 # Values of a payload shown in errors: short, and safe however deep they nest.

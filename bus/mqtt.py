@@ -60,7 +60,17 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from parley.bus import mqtt_adapter, topics
 from parley.bus.base import Bus, BusClosed, Delivery, Subscription
-from parley.bus.codec import CONTENT_TYPE, DEFAULT_MAX_BYTES, CodecError, decode, encode
+from parley.bus.codec import (
+    BATCH_CONTENT_TYPE,
+    CONTENT_TYPE,
+    DEFAULT_MAX_BYTES,
+    CodecError,
+    decode,
+    decode_batch,
+    encode,
+    encode_batch,
+    is_batch,
+)
 from parley.bus.messages import Message
 
 log = logging.getLogger("parley.bus.mqtt")
@@ -73,6 +83,9 @@ _PROTOCOLS: dict[str, ProtocolVersion] = {
     "311": ProtocolVersion.V311,
 }
 _SUBSCRIBE_BATCH = 64
+# Topics whose messages are never batched: a shared subscription deals a whole PUBLISH to one
+# member of its group, and each job must be free to go to a different worker.
+NO_BATCH = ("parley/+/jobs",)
 # MQTT 5 Subscription Identifier of every plain filter; each shared filter has its own (2, 3 …).
 _PLAIN_ID = 1
 
@@ -109,6 +122,16 @@ class _Outgoing:
     properties: Properties | None
     retain: bool = False
     sent: bool = False
+    count: int = 1  # messages in the payload (a batch holds several)
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Messages published on one topic, waiting for the end of the batching window."""
+
+    payloads: list[bytes]
+    properties: Properties | None  # of the first message: used when it goes alone
+    size: int
 
 
 @dataclass(slots=True)
@@ -164,7 +187,11 @@ class MqttBus(Bus):
     the bus stops reading its socket); ``dedup_window`` (remembered message ids);
     ``close_timeout`` (how long ``close`` waits for PUBACKs); ``connect_timeout`` (``async
     with`` / :meth:`start`); ``inline_images``/``resolve_image`` (send images by reference,
-    resolve them on receipt). A bus that never reaches its broker keeps trying;
+    resolve them on receipt); ``batch`` (send the messages published on one topic close
+    together as one PUBLISH; see :meth:`publish`) with ``batch_window`` (seconds a batch stays
+    open; 0: until the event loop has run what is ready), ``batch_messages``, ``batch_bytes``
+    (a batch that would pass either goes at once) and ``batch_exclude`` (topic filters never
+    batched; default :data:`NO_BATCH`). A bus that never reaches its broker keeps trying;
     ``Subscription.ready()`` waits until it does.
     """
 
@@ -198,12 +225,21 @@ class MqttBus(Bus):
         inline_images: bool = True,
         max_bytes: int = DEFAULT_MAX_BYTES,
         resolve_image: Callable[[str], bytes | None] | None = None,
+        batch: bool = True,
+        batch_window: float = 0.0,
+        batch_messages: int = 64,
+        batch_bytes: int = 256 * 1024,
+        batch_exclude: tuple[str, ...] = NO_BATCH,
     ) -> None:
         super().__init__()
         if str(protocol) not in _PROTOCOLS:
             raise ValueError(f"unknown MQTT protocol {protocol!r}: use '5' or '3.1.1'")
         if not 1 <= max_inflight <= 65535 or not 1 <= receive_maximum <= 65535:
             raise ValueError("max_inflight and receive_maximum must be between 1 and 65535")
+        if batch_window < 0 or batch_messages < 1 or batch_bytes < 1:
+            raise ValueError("batch_window must be >= 0, batch_messages and batch_bytes >= 1")
+        for topic_filter in batch_exclude:
+            topics.check_filter(topic_filter)
         self.host = host
         self.tls = tls or bool(tls_ca or tls_cert)
         self.port = port or (8883 if self.tls else 1883)
@@ -235,10 +271,16 @@ class MqttBus(Bus):
         self.inline_images = inline_images
         self.max_bytes = max_bytes
         self.resolve_image = resolve_image
+        self.batch = batch
+        self.batch_window = batch_window
+        self.batch_messages = batch_messages
+        self.batch_bytes = min(batch_bytes, max_bytes)
+        self.batch_exclude = tuple(batch_exclude)
 
         self._filters: dict[str, _Filter] = {}
         self._stale: set[str] = set()  # unsubscribed here, maybe not yet on the broker
         self._pending: OrderedDict[int, _Outgoing] = OrderedDict()
+        self._held = 0  # messages unacknowledged: in the pending table or an open batch
         self._unsent: deque[int] = deque()
         self._seq = 0
         self._inflight = 0
@@ -268,6 +310,10 @@ class MqttBus(Bus):
         self._closing: asyncio.Future[None] | None = None
         self._last_error: BaseException | None = None
         self._plain_properties: Properties | None = None
+        self._batch_properties: Properties | None = None
+        self._batches: dict[str, _Batch] = {}  # open batches, oldest first
+        self._batch_flush: asyncio.Handle | None = None
+        self._batchable: dict[str, bool] = {}  # topic -> not excluded (bounded memo)
         self._ssl_context: ssl.SSLContext | None = None
 
     # -- construction ---------------------------------------------------------------------------
@@ -277,8 +323,9 @@ class MqttBus(Bus):
         """``mqtt://[user:pass@]host[:port][?option=value&...]``, ``mqtts://`` for TLS.
 
         Query options: ``client_id``, ``protocol``, ``keepalive``, ``session_expiry``,
-        ``max_inflight``, ``receive_maximum``, ``ca``, ``cert``, ``key``, ``insecure``;
-        keyword ``options`` override them.
+        ``max_inflight``, ``receive_maximum``, ``ca``, ``cert``, ``key``, ``insecure``,
+        ``batch`` (``0``/``off`` sends every message alone), ``batch_window`` (seconds),
+        ``batch_messages``, ``batch_bytes``; keyword ``options`` override them.
         """
         parsed = urlparse(url)
         if parsed.scheme not in ("mqtt", "mqtts"):
@@ -306,6 +353,10 @@ class MqttBus(Bus):
             "key": ("tls_key", str),
             "keyfile": ("tls_key", str),
             "insecure": ("tls_insecure", _truthy),
+            "batch": ("batch", _truthy),
+            "batch_window": ("batch_window", float),
+            "batch_messages": ("batch_messages", int),
+            "batch_bytes": ("batch_bytes", int),
         }
         for name, values in parse_qs(parsed.query, keep_blank_values=True).items():
             if name not in names:
@@ -335,8 +386,9 @@ class MqttBus(Bus):
 
     @property
     def pending(self) -> int:
-        """Publishes not yet acknowledged by the broker."""
-        return len(self._pending)
+        """Messages published and not yet acknowledged by the broker (a batch's messages count
+        until its PUBACK)."""
+        return self._held
 
     @property
     def backlog(self) -> int:
@@ -390,6 +442,7 @@ class MqttBus(Bus):
         if self.closed:
             return
         self.closed = True
+        self._flush_batches()
         if self._runner is not None and self._pending:
             loop = asyncio.get_running_loop()
             waiter = loop.create_future()
@@ -442,6 +495,12 @@ class MqttBus(Bus):
         while ``max_inflight`` publishes are unacknowledged (also while disconnected).
         ``local=True`` skips the broker. ``retain=True`` sets the MQTT retain flag: the broker
         keeps the message for later subscribers (and this bus keeps it for its own).
+
+        With ``batch`` on, a QoS 1 message that is not retained waits in its topic's open batch
+        until the batching window ends (or the batch is full, or another message on the topic
+        cannot join it), and the batch goes to the broker as one PUBLISH (docs/bus.md: the
+        wire format). Order on a topic is kept; each message stays pending until its batch's
+        PUBACK, and a reconnect sends the batch again whole.
         """
         if self.closed:
             raise BusClosed("bus is closed")
@@ -459,7 +518,18 @@ class MqttBus(Bus):
             # No no_local (MQTT 3), or a retained message the broker hands back to a later
             # subscription of ours: recognise it by id (local subscribers have it already).
             self._remember((topic, message.id), own=True)
-        await self._send(_Outgoing(topic, payload, qos, self._properties(message), retain))
+        properties = self._properties(message)
+        if qos == 1 and not retain and self.batch and self._may_batch(topic):
+            self._ensure_started()
+            while self._held >= self.max_inflight:
+                await self._wait_for_space()
+                if self.closed:
+                    raise BusClosed("bus is closed")
+            self._held += 1
+            self._add_to_batch(topic, payload, properties)
+        else:
+            self._flush_batch(topic)  # what waits on this topic goes first: order per topic
+            await self._send(_Outgoing(topic, payload, qos, properties, retain))
         self.stats.published += 1
         # Not to this process's shared subscriptions: the broker deals the message to one
         # member of each group, maybe one of ours, and sends it back for that one.
@@ -477,15 +547,98 @@ class MqttBus(Bus):
         if self.closed:
             raise BusClosed("bus is closed")
         await super().clear_retained(topic)
+        self._flush_batch(topic)
         await self._send(_Outgoing(topic, b"", 1, None, retain=True))
+
+    # -- batching -------------------------------------------------------------------------------
+
+    def _may_batch(self, topic: str) -> bool:
+        known = self._batchable.get(topic)
+        if known is None:
+            if len(self._batchable) > 4096:
+                self._batchable.clear()
+            known = self._batchable[topic] = not any(
+                topics.matches(f, topic) for f in self.batch_exclude
+            )
+        return known
+
+    def _add_to_batch(self, topic: str, payload: bytes, properties: Properties | None) -> None:
+        batch = self._batches.get(topic)
+        if batch is not None and (
+            len(batch.payloads) >= self.batch_messages
+            or batch.size + len(payload) + 1 > self.batch_bytes
+        ):
+            self._flush_batch(topic)
+            batch = None
+        if batch is not None:
+            batch.payloads.append(payload)
+            batch.size += len(payload) + 1
+            return
+        self._batches[topic] = _Batch([payload], properties, len(payload) + 2)
+        if self._batch_flush is None:
+            loop = asyncio.get_running_loop()
+            # Window 0: after the callbacks that are ready now (every actor the loop runs in
+            # this pass publishes first), so the batch waits no longer than one pass.
+            self._batch_flush = (
+                loop.call_later(self.batch_window, self._flush_batches)
+                if self.batch_window > 0
+                else loop.call_soon(self._flush_batches)
+            )
+
+    def _flush_batch(self, topic: str) -> None:
+        """Move ``topic``'s open batch, if any, to the pending table (one PUBLISH) and send."""
+        batch = self._batches.pop(topic, None)
+        if batch is None:
+            return
+        self._queue_batch(topic, batch)
+        self._pump()
+
+    def _flush_batches(self) -> None:
+        """The batching window ended: every open batch goes, oldest first."""
+        if self._batch_flush is not None:
+            self._batch_flush.cancel()
+            self._batch_flush = None
+        if not self._batches:
+            return
+        batches, self._batches = self._batches, {}
+        for topic, batch in batches.items():
+            self._queue_batch(topic, batch)
+        self._pump()
+
+    def _queue_batch(self, topic: str, batch: _Batch) -> None:
+        # Into the pending table whatever the window: the publishers waited for room before
+        # they added to it; the window bounds what goes on the wire (_pump).
+        if len(batch.payloads) == 1:
+            outgoing = _Outgoing(topic, batch.payloads[0], 1, batch.properties)
+        else:
+            outgoing = _Outgoing(
+                topic,
+                encode_batch(batch.payloads),
+                1,
+                self._batch_props(),
+                count=len(batch.payloads),
+            )
+        self._seq += 1
+        self._pending[self._seq] = outgoing
+        self._unsent.append(self._seq)
+
+    def _batch_props(self) -> Properties | None:
+        if self.protocol != ProtocolVersion.V5:
+            return None  # the payload's first byte says it is a batch
+        if self._batch_properties is None:
+            props = _PackedOnce(PacketTypes.PUBLISH)
+            props.ContentType = BATCH_CONTENT_TYPE
+            self._batch_properties = props
+        return self._batch_properties
 
     async def _send(self, outgoing: _Outgoing) -> None:
         """Queue ``outgoing`` in the pending table (in order) and send what the window allows."""
         self._ensure_started()
-        while len(self._pending) >= self.max_inflight:
+        while self._held >= self.max_inflight:
             await self._wait_for_space()
             if self.closed:
                 raise BusClosed("bus is closed")
+        self._held += 1
         self._seq += 1
         self._pending[self._seq] = outgoing
         self._unsent.append(self._seq)
@@ -550,7 +703,7 @@ class MqttBus(Bus):
             entry.sent = True
             if entry.qos == 0:
                 del self._pending[seq]
-                self._freed()
+                self._freed(entry.count)
             else:
                 conn.mids[info.mid] = seq
                 self._inflight += 1
@@ -564,8 +717,10 @@ class MqttBus(Bus):
         self._pump_scheduled = False
         self._pump()
 
-    def _freed(self) -> None:
-        self._wake_publisher()
+    def _freed(self, count: int) -> None:
+        self._held -= count
+        for _ in range(count):
+            self._wake_publisher()
         if not self._pending:
             for waiter in self._drain_waiters:
                 if not waiter.done():
@@ -588,9 +743,9 @@ class MqttBus(Bus):
             self._inflight -= 1
         entry = self._pending.pop(seq, None)
         if entry is not None and reason_code.is_failure:
-            self.stats.rejected += 1
+            self.stats.rejected += entry.count
             log.warning("the broker refused a message on %s: %s", entry.topic, reason_code)
-        self._freed()
+        self._freed(entry.count if entry is not None else 0)
         self._schedule_pump()
 
     # -- subscriptions --------------------------------------------------------------------------
@@ -856,10 +1011,17 @@ class MqttBus(Bus):
             return
         if not raw.payload:
             return  # a retained message cleared (clear_retained): nothing to deliver
+        payload = bytes(raw.payload)
+        items: list[Message | CodecError]
         try:
-            message = decode(
-                bytes(raw.payload), max_bytes=self.max_bytes, resolve_image=self.resolve_image
-            )
+            if is_batch(payload):
+                items = decode_batch(
+                    payload, max_bytes=self.max_bytes, resolve_image=self.resolve_image
+                )
+            else:
+                items = [
+                    decode(payload, max_bytes=self.max_bytes, resolve_image=self.resolve_image)
+                ]
         except CodecError as exc:
             self.stats.count_malformed(exc.reason)
             log.warning("dropped a malformed payload on %s: %s", topic, exc)
@@ -874,11 +1036,16 @@ class MqttBus(Bus):
         if idents:
             shared = [self._shared_by_id[i] for i in idents if i in self._shared_by_id]
             plain = len(shared) < len(idents)
-        if plain and self._first_copy((topic, message.id)):
-            await self.deliver_local(topic, message, shared="none")
-        for shared_filter in shared:
-            if self._first_copy((topic, message.id, shared_filter)):
-                await self._deliver_to_group(shared_filter, topic, message)
+        for message in items:  # a batch: its messages in the order they were published
+            if isinstance(message, CodecError):
+                self.stats.count_malformed(message.reason)
+                log.warning("dropped a malformed message of a batch on %s: %s", topic, message)
+                continue
+            if plain and self._first_copy((topic, message.id)):
+                await self.deliver_local(topic, message, shared="none")
+            for shared_filter in shared:
+                if self._first_copy((topic, message.id, shared_filter)):
+                    await self._deliver_to_group(shared_filter, topic, message)
 
     def _first_copy(self, key: tuple[str, ...]) -> bool:
         """Whether ``key`` is new (remembered now); a redelivery or own message is not."""
