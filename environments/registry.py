@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Callable, Mapping
@@ -155,6 +156,38 @@ def _load_plugins() -> None:
             _ERRORS.append(PluginError(name, module, source, error, traceback.format_exc()))
 
 
+def _load_family(family: str) -> None:
+    """Import only the game modules whose entry point is named ``family`` (a run that plays
+    ``clem.*`` games need not import chess and networkx for the other families). A failure
+    is left for :func:`_load_plugins` to record, which the caller falls back on."""
+    if family in _FAMILIES_TRIED:
+        return
+    _FAMILIES_TRIED.add(family)
+    for name, module, _source in _plugin_modules():
+        if name != family:
+            continue
+        # A broken module is imported again (and its error recorded) by _load_plugins.
+        with contextlib.suppress(Exception):
+            importlib.import_module(module.partition(":")[0].strip())
+
+
+_FAMILIES_TRIED: set[str] = set()
+
+
+def find(name: str) -> GameInfo | None:
+    """The game ``name``, or None: its family's module first (``clem`` for ``clem.reference``),
+    then, when that does not register it, every game module."""
+    info = _GAMES.get(name)
+    if info is not None:
+        return info
+    _load_family(name.partition(".")[0])
+    info = _GAMES.get(name)
+    if info is not None:
+        return info
+    _load_plugins()
+    return _GAMES.get(name)
+
+
 def plugin_errors() -> list[PluginError]:
     """The game modules that failed to import (after the games were first listed)."""
     _load_plugins()
@@ -167,10 +200,11 @@ def all_games() -> dict[str, GameInfo]:
 
 
 def get(name: str) -> GameInfo:
-    games = all_games()
-    if name not in games:
+    """The game ``name`` (see :func:`find`); ``KeyError`` naming the known games if none."""
+    info = find(name)
+    if info is None:
         raise KeyError(f"unknown game {name!r}; {known_games_hint()}")
-    return games[name]
+    return info
 
 
 def known_games_hint() -> str:

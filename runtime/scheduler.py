@@ -18,6 +18,7 @@ import parley.bus as bus_module
 from parley.bus import topics
 from parley.bus.base import Bus, Subscription
 from parley.bus.messages import Control
+from parley.environments import registry
 from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.memory.across import EpisodeStore, InProcessEpisodeStore, SQLiteEpisodeStore
 from parley.observability.tracing import Tracing
@@ -27,7 +28,7 @@ from parley.runtime.actor import ActorHost
 from parley.runtime.config import ConfigError, ExperimentConfig
 from parley.runtime.episode import EpisodeOptions, EpisodeResult, EpisodeRunner
 from parley.runtime.experiment import EpisodeSpec, expand, memory_chains, play_order
-from parley.runtime.launch import open_models
+from parley.runtime.launch import models_used, open_models
 from parley.runtime.results import RecordingFailed, ResultWriter, RunFolder
 from parley.runtime.status import StatusPublisher, model_tokens, pairing_key, usd_prices
 
@@ -336,6 +337,17 @@ class RunOutcome:
     stopped_by: str | None = None
 
 
+def preload(specs: list[EpisodeSpec], models: Any) -> None:
+    """What the first episode would otherwise pay for, done before the run's clock matters:
+    the games' families imported (only theirs, environments/registry.py) and the model
+    clients made (the SDK's import, about a second), so episodes start at an even pace."""
+    for game in sorted({s.game for s in specs}):
+        registry.find(game)
+    warm = getattr(models, "warm", None)
+    if warm is not None:
+        warm(models_used(specs))
+
+
 def episode_options(config: ExperimentConfig, run_id: str) -> EpisodeOptions:
     """How the episodes of ``config`` are played (the model pool is set once it is open)."""
     return EpisodeOptions(
@@ -482,7 +494,7 @@ async def _run_in_folder(
 ) -> RunOutcome:
     """:func:`run_experiment` once its folder is prepared and locked."""
     from parley.runtime.remote import RemoteScheduler
-    from parley.runtime.workers import WorkerScheduler
+    from parley.runtime.workers import WorkerScheduler, discard_prestarted, preload_args
 
     remote = config.workers == "remote"
     finished = folder.finished_ids()
@@ -536,10 +548,12 @@ async def _run_in_folder(
             "folder": str(folder.path),
             "bus": url,
             "messages": messages,
+            "preload": preload_args(config, todo),
         }
         scheduler = WorkerScheduler(todo, writer, options, limit, processes, job)
     else:
         scheduler = Scheduler(todo, the_bus, writer, options, limit, on_result)
+        discard_prestarted()  # workers started ahead (workers.prestart) are not needed
     scheduler.progress.skipped = len(specs) - len(todo)
     stopped: list[str] = []
     if config.fail_on_error is not None:
@@ -570,6 +584,8 @@ async def _run_in_folder(
             stack.push_async_callback(status.stop)  # the final status, before the bus closes
             models = await stack.enter_async_context(open_models(config.models, folder.path, todo))
             options.models = models  # one pool of model clients for every episode
+            if isinstance(scheduler, Scheduler):
+                preload(todo, models)  # (worker processes preload their own)
             if any(m.batch for m in config.models.values()):
                 from parley.runtime.batching import prefetch_first_turns
 
@@ -584,6 +600,9 @@ async def _run_in_folder(
             if writer.failure is not None:
                 raise writer.failure
     finally:
+        if isinstance(scheduler, WorkerScheduler):
+            scheduler.close()  # workers started and never given a job (the run failed first)
+        discard_prestarted()  # started ahead for a run that played in this process
         run_span.end()
         lag = await probe.stop()
         await writer.close()

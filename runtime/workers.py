@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import json
 import logging
 import math
@@ -39,6 +40,7 @@ import os
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -49,6 +51,7 @@ from opentelemetry import trace
 
 import parley.bus as bus_module
 from parley import event_loop
+from parley.agents.backends.client import BACKENDS
 from parley.agents.backends.pool import ModelPool
 from parley.agents.backends.spec import ModelSpec
 from parley.bus.signing import RunKey
@@ -56,11 +59,18 @@ from parley.event_loop import LoopLagProbe, Pacer, responsive_gc
 from parley.observability import tracing as tracing_module
 from parley.observability.metrics import episode_summary
 from parley.observability.tracing import Tracing, span_context
-from parley.runtime.config import ExperimentConfig
+from parley.runtime.config import ConfigError, ExperimentConfig
 from parley.runtime.episode import EpisodeOptions, EpisodeResult
 from parley.runtime.experiment import EpisodeSpec, memory_chains
+from parley.runtime.launch import models_used
 from parley.runtime.results import EncodedResult, RecordingFailed, ResultWriter
-from parley.runtime.scheduler import Progress, Scheduler, episode_options, open_memory_store
+from parley.runtime.scheduler import (
+    Progress,
+    Scheduler,
+    episode_options,
+    open_memory_store,
+    preload,
+)
 from parley.runtime.status import StatusPublisher, model_tokens, pairing_key, usd_prices
 
 _FRAME = struct.Struct(">IB")
@@ -128,6 +138,108 @@ def worker_models(models: dict[str, Any], workers: int) -> dict[str, ModelSpec]:
     return out
 
 
+# --- starting worker processes -------------------------------------------------------------
+
+
+class Spawned:
+    """A worker process, started and importing, and the parent's end of its socket pair."""
+
+    def __init__(self, preload_args: list[str]) -> None:
+        ours, theirs = socket.socketpair()
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
+        self.args = tuple(preload_args)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "parley.runtime.workers", str(theirs.fileno()), *preload_args],
+            pass_fds=(theirs.fileno(),),
+            env=env,
+        )
+        theirs.close()
+        self.sock = ours
+
+    def discard(self) -> None:
+        """Not needed after all: it reads the end of its stream, and exits."""
+        self.sock.close()
+
+    async def wait(self, timeout_s: float) -> int:
+        """Its exit code, killing it after ``timeout_s``."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self.process.wait), timeout_s)
+        except TimeoutError:
+            self.process.kill()
+            return await asyncio.to_thread(self.process.wait)
+
+
+def preload_args(config: ExperimentConfig, specs: list[EpisodeSpec]) -> list[str]:
+    """What a worker imports while it waits for its job: the games' families and the model
+    SDKs these episodes use (a second or two of a worker's start, otherwise paid after the job
+    arrives, by its first episode)."""
+    games = sorted({s.game for s in specs})
+    modules = sorted(
+        {
+            BACKENDS[config.models[m].backend].sdk_name
+            for m in models_used(specs)
+            if m in config.models and config.models[m].backend in BACKENDS
+        }
+    )
+    return ["--games", ",".join(games), "--modules", ",".join(modules)]
+
+
+def _preload(games: list[str], modules: list[str]) -> None:
+    """Import what :func:`preload_args` names; what fails is left for the episodes to report."""
+    from parley.environments import registry
+
+    for module in modules:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)
+    for game in games:
+        with contextlib.suppress(Exception):
+            registry.find(game)
+
+
+# Worker processes started ahead of their run (:func:`prestart`), for the scheduler to take.
+_PRESTARTED: list[Spawned] = []
+
+
+def prestart(config: ExperimentConfig) -> int:
+    """Start now the worker processes a run of ``config`` will play in, so that they import
+    parley, the games and the model SDKs while the caller does other things (``parley run``
+    checks the models first); the run's :class:`WorkerScheduler` takes them. Returns how many
+    were started (none for a run played in one process, or by ``workers: remote``)."""
+    from parley.runtime.experiment import expand
+    from parley.runtime.scheduler import worker_count
+
+    if config.workers == "remote":
+        return 0
+    try:
+        specs = expand(config)
+    except ConfigError:
+        return 0  # the run refuses the config in its own words
+    n = min(worker_count(config.workers, len(specs)), len(specs), config.concurrency)
+    if n <= 1:
+        return 0
+    args = preload_args(config, specs)
+    _PRESTARTED.extend(Spawned(args) for _ in range(n))
+    return n
+
+
+def _spawn(args: list[str]) -> Spawned:
+    """A worker process with these preload arguments: one started ahead if there is one."""
+    for worker in list(_PRESTARTED):
+        if worker.args == tuple(args) and worker.process.poll() is None:
+            _PRESTARTED.remove(worker)
+            return worker
+    return Spawned(args)
+
+
+def discard_prestarted() -> None:
+    """Let go of the processes :func:`prestart` started that no run took."""
+    while _PRESTARTED:
+        _PRESTARTED.pop().discard()
+
+
 # --- the parent ------------------------------------------------------------------------------
 
 
@@ -187,6 +299,19 @@ class WorkerScheduler:
         self._received: set[str] = set()
         self._begun: set[str] = set()
         self._deaths: dict[str, int] = {}
+        # The worker processes start now, while the parent sets the run up (model servers,
+        # tracing, the run status): each imports parley, its games and model SDKs meanwhile.
+        self._preload = list(job.get("preload", []))
+        self._spawned: dict[int, Spawned] = (
+            {i: _spawn(self._preload) for i in range(self.workers)} if specs else {}
+        )
+        discard_prestarted()  # any more than this run needs
+
+    def close(self) -> None:
+        """Let go of worker processes started and never given a job (the run ended first)."""
+        spawned, self._spawned = list(self._spawned.values()), {}
+        for worker in spawned:
+            worker.discard()
 
     def stop(self) -> None:
         """Ask every worker to end its episodes as ``cancelled`` and finish."""
@@ -248,6 +373,7 @@ class WorkerScheduler:
                     }
                     tg.start_soon(self._keep, i, job, shards[i], recording)
         finally:
+            self.close()
             if recording:
                 await asyncio.gather(*recording)
 
@@ -337,22 +463,10 @@ class WorkerScheduler:
         recording: set[asyncio.Task[None]],
     ) -> tuple[bool, int | None]:
         """Run one worker process over ``job``; whether it finished, and its exit code."""
-        ours, theirs = socket.socketpair()
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "parley.runtime.workers",
-            str(theirs.fileno()),
-            pass_fds=(theirs.fileno(),),
-            env=env,
-        )
-        theirs.close()
-        self.pids[i] = process.pid
-        reader, link = await asyncio.open_unix_connection(sock=ours)
+        # The process started with the scheduler, the first time; a fresh one to take over.
+        worker = self._spawned.pop(i, None) or Spawned(self._preload)
+        self.pids[i] = worker.process.pid
+        reader, link = await asyncio.open_unix_connection(sock=worker.sock)
         self._links.append(link)
         done = False
         try:
@@ -398,11 +512,7 @@ class WorkerScheduler:
             link.close()
             with contextlib.suppress(Exception):
                 await link.wait_closed()
-            try:
-                code: int | None = await asyncio.wait_for(process.wait(), 30)
-            except TimeoutError:
-                process.kill()
-                code = await process.wait()
+            code: int | None = await worker.wait(30)
         return done, code
 
     def turns_in_flight(self) -> int:
@@ -548,6 +658,7 @@ async def play_job(
     for name, reason in job["failed"].items():
         pool.mark_failed(name, reason)
     options.models = pool
+    preload(specs, pool)  # the clients made before the first episode
 
     def figures() -> dict[str, Any]:
         return {"endpoints": pool.endpoint_status(), "turns": scheduler.turns_in_flight()}
@@ -623,10 +734,17 @@ async def _serve(fd: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``FD [--games G,G] [--modules M,M]``: serve the parent on socket ``FD``, after importing
+    the games and modules named (while the parent is still setting the run up)."""
     args = sys.argv[1:] if argv is None else argv
     # Ctrl-C reaches the whole process group: the parent decides, and tells us with a frame.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="worker %(process)d: %(message)s")
+    named = dict(zip(args[1::2], args[2::2], strict=False))
+    _preload(
+        [g for g in named.get("--games", "").split(",") if g],
+        [m for m in named.get("--modules", "").split(",") if m],
+    )
     return event_loop.run(_serve(int(args[0])))
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parley.agents.backends.cache import ResponseCache, resolve_path
@@ -91,6 +92,15 @@ class ModelPool:
         client.cache = self.cache_for(spec)
         self._clients[name] = client
         return client
+
+    def warm(self, names: Iterable[str]) -> None:
+        """Make the clients of ``names`` now, before the first episode: the SDK's import (a
+        second or more) and the connection pools are then not paid by the episode that first
+        asks. A model that cannot be made is left for its episodes to report (each episode
+        that asks gets the same error)."""
+        for name in sorted(set(names)):
+            with contextlib.suppress(Exception):
+                self.client(name)
 
     def cache_for(self, spec: ModelSpec) -> ResponseCache | None:
         """The response cache of a model (its ``cache:``, which the run's fills in), if any."""

@@ -8,6 +8,7 @@ render as text (``X ▢ ▢ ▢ X`` lines, the text variant) and as images (fill
 from __future__ import annotations
 
 import random
+from functools import lru_cache
 
 from PIL import Image, ImageDraw
 
@@ -134,6 +135,12 @@ SETS["columns"] = [rotate(g) for g in SETS["rows"]]
 # --- rendering ------------------------------------------------------------------------------
 
 
+# The sets hold a few dozen grids, drawn again and again by thousands of episodes: their text,
+# units and features are worked out once each (a run's episodes start faster).
+_CACHED = 4096
+
+
+@lru_cache(maxsize=_CACHED)
 def as_text(grid: Grid) -> str:
     """Character rendering: ``X ▢ ▢ ▢ X`` per row (clembench's ASCII grids)."""
     return "\n".join(" ".join(row) for row in grid)
@@ -163,11 +170,21 @@ def render(grid: Grid, cell: int = 64) -> bytes:
 
 def units(grid: Grid) -> list[str]:
     """The grid row by row, as a player would state it."""
-    return [f"row {r + 1}: {' '.join(row)}" for r, row in enumerate(grid)]
+    return list(_units(grid))  # a list of its own: the caller may change it
+
+
+@lru_cache(maxsize=_CACHED)
+def _units(grid: Grid) -> tuple[str, ...]:
+    return tuple(f"row {r + 1}: {' '.join(row)}" for r, row in enumerate(grid))
 
 
 def features(grid: Grid) -> list[str]:
     """Cell facts a referring expression can use, filled cells first."""
+    return list(_features(grid))  # a list of its own: the caller may change it
+
+
+@lru_cache(maxsize=_CACHED)
+def _features(grid: Grid) -> tuple[str, ...]:
     filled = [
         f"row {r + 1} column {c + 1} filled"
         for r in range(SIZE)
@@ -180,4 +197,4 @@ def features(grid: Grid) -> list[str]:
         for c in range(SIZE)
         if grid[r][c] == EMPTY
     ]
-    return filled + empty
+    return (*filled, *empty)
