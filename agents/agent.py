@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from parley.agents.policies import Decision, Policy
-from parley.agents.prompt import Prompt
+from parley.agents.prompt import Prompt, PromptCache
 from parley.bus.messages import TextPart, TurnRequest, TurnResponse
 from parley.memory import EpisodicMemory, HistoryPolicy, MemoryEntry, MemoryStore, WorkingMemory
 from parley.memory.across import Recollection
@@ -43,8 +43,8 @@ class Agent:
         # for a role with memory across episodes (the runtime sets a list): every turn pays
         # for it otherwise.
         self.log: list[Recollection] | None = None
-        # History entries' prompt messages, built once each (agents/prompt.py).
-        self._messages: dict[int, tuple[MemoryEntry, Any]] = {}
+        # History entries' prompt messages and texts, built once each (agents/prompt.py).
+        self._cache = PromptCache()
 
     def prepare(self, request: TurnRequest) -> Prompt:
         """Take in a turn request and assemble the prompt it calls for."""
@@ -70,7 +70,7 @@ class Agent:
             working=self.working,
             turn=self.turns,
             recall=self.recall,
-            cache=self._messages,
+            cache=self._cache,
         )
 
     async def respond(self, request: TurnRequest) -> TurnResponse:
@@ -134,7 +134,7 @@ class Agent:
     def forget(self) -> None:
         """Release this episode's memory."""
         self.episodic.clear()
-        self._messages.clear()
+        self._cache.clear()
 
 
 def _text(parts: list[Any]) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from parley.bus.messages import ImagePart, PromptMessage, TextPart
@@ -25,6 +26,99 @@ def _message(role: str, content: list[Part]) -> PromptMessage:
     return message
 
 
+class _Entry:
+    """What a history entry turns into, built once per entry and kept by the agent: its chat
+    message, its (speaker, text) pair for built-in players, whether its message carries image
+    bytes (which the transcript's copy leaves out)."""
+
+    __slots__ = ("entry", "images", "message", "pair")
+
+    def __init__(self, entry: MemoryEntry) -> None:
+        # The entry itself is kept, so that its id is never reused while cached.
+        self.entry = entry
+        self.message: PromptMessage | None = None
+        self.images = False
+        self.pair: tuple[str, str] | None = None
+
+
+class PromptCache:
+    """An agent's prompt pieces across the turns of one episode: a long episode otherwise
+    rebuilds its whole history every turn (a 19-turn episode built 170 messages instead of 19).
+
+    The history a turn shows usually extends the previous turn's (full memory: the store is
+    append-only): then only the new entries are turned into messages. A window that moved
+    (last k turns) is put together again from the entries' cached pieces.
+    """
+
+    __slots__ = ("entries", "history", "images", "messages", "pairs", "system")
+
+    def __init__(self) -> None:
+        self.entries: dict[int, _Entry] = {}
+        self.system: tuple[str, PromptMessage] | None = None
+        self.history: list[MemoryEntry] = []  # the entries of the latest prompt, in order
+        self.messages: list[PromptMessage] = []  # their messages
+        self.pairs: list[tuple[str, str]] = []  # their (speaker, text) pairs, as far as asked
+        self.images = False  # whether any of those messages carries image bytes
+
+    def of(self, entry: MemoryEntry) -> _Entry:
+        hit = self.entries.get(id(entry))
+        if hit is None or hit.entry is not entry:
+            hit = self.entries[id(entry)] = _Entry(entry)
+        return hit
+
+    def _follow(self, history: list[MemoryEntry]) -> int:
+        """How many of ``history``'s first entries the cached lists hold already (all of the
+        previous history, when ``history`` extends it; else none, and they are emptied)."""
+        previous = self.history
+        n = len(previous)
+        # Entries of one store in order: a window that starts and ends as the old one did
+        # at the same places holds the same entries in between.
+        if n and len(history) >= n and history[0] is previous[0] and history[n - 1] is previous[-1]:
+            return n
+        self.messages, self.pairs, self.images = [], [], False
+        if len(self.entries) > 2 * len(history) + 16:
+            # Entries that left the window (last_k) or a store that loads new objects.
+            keep = {id(e) for e in history}
+            for key in [k for k in self.entries if k not in keep]:
+                del self.entries[key]
+        return 0
+
+    def history_messages(self, history: list[MemoryEntry]) -> list[PromptMessage]:
+        """The messages of ``history``'s entries (the cache's own list: copy before changing)."""
+        start = self._follow(history)
+        messages = self.messages
+        for entry in history[start:]:
+            hit = self.of(entry)
+            if hit.message is None:
+                if entry.own:
+                    hit.message = _message("assistant", list(entry.parts))
+                else:
+                    hit.message = _message("user", _labelled(entry))
+                hit.images = _has_image(entry.parts)
+            messages.append(hit.message)
+            self.images = self.images or hit.images
+        self.history = history
+        return messages
+
+    def history_pairs(self, history: list[MemoryEntry]) -> list[tuple[str, str]]:
+        """:func:`history_text` of ``history`` (the cache's own list: copy before changing)."""
+        if self._follow(history) == 0 or len(self.messages) < len(history):
+            # Messages must keep pace with the entries; the pairs may lag behind them.
+            self.history_messages(history)
+        pairs = self.pairs
+        for entry in history[len(pairs) :]:
+            hit = self.of(entry)
+            if hit.pair is None:
+                hit.pair = _pair(entry)
+            pairs.append(hit.pair)
+        return pairs
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.system = None
+        self.history, self.messages, self.pairs, self.images = [], [], [], False
+
+
 @dataclass
 class Prompt:
     """Everything a policy may use for one turn, and nothing else."""
@@ -36,11 +130,10 @@ class Prompt:
     turn: int
     # Memory of earlier episodes (memory/across.py), first after the system text.
     recall: list[MemoryEntry] = field(default_factory=list)
-    # The agent's messages of history entries it built for earlier turns, by entry (the
-    # entry kept beside its message, so an id is never reused while cached): a long episode
-    # otherwise rebuilds its whole history every turn.
-    cache: dict[int, tuple[MemoryEntry, PromptMessage]] | None = field(default=None, repr=False)
+    # The agent's pieces of earlier turns' prompts (see PromptCache); None: built afresh.
+    cache: PromptCache | None = field(default=None, repr=False)
     _messages: list[PromptMessage] | None = field(default=None, init=False, repr=False)
+    _images: bool = field(default=False, init=False, repr=False)
 
     def messages(self) -> list[PromptMessage]:
         """The prompt as chat messages: system, the history, then the current observation.
@@ -51,50 +144,46 @@ class Prompt:
         """
         if self._messages is not None:
             return self._messages
+        cache = self.cache if self.cache is not None else PromptCache()
         # The parts are validated already (they came off the bus): messages are constructed
         # without re-checking them. (A new TextPart is validated: that is cheaper than
         # model_construct for a model this small.)
-        out = [_message("system", [TextPart(text=self.system)])]
+        system = cache.system
+        if system is None or system[0] != self.system:
+            system = cache.system = (self.system, _message("system", [TextPart(text=self.system)]))
+        out = [system[1]]
+        images = False
         for entry in self.recall:
             out.append(_message("user", list(entry.parts)))
-        cache = self.cache
-        for entry in self.history:
-            hit = cache.get(id(entry)) if cache is not None else None
-            if hit is not None and hit[0] is entry:
-                out.append(hit[1])
-                continue
-            if entry.own:
-                message = _message("assistant", list(entry.parts))
-            else:
-                message = _message("user", _labelled(entry))
-            if cache is not None:
-                cache[id(entry)] = (entry, message)
-            out.append(message)
-        if cache is not None and len(cache) > 2 * len(self.history) + 16:
-            # Entries that left the window (last_k) or a store that loads new objects.
-            keep = {id(e) for e in self.history}
-            for key in [k for k in cache if k not in keep]:
-                del cache[key]
+            images = images or _has_image(entry.parts)
+        out += cache.history_messages(self.history)
+        images = images or cache.images
         current: list[Part] = list(self.working.observation)
         if self.working.feedback:
             current.append(TextPart(text=f"Feedback: {self.working.feedback}"))
         if current:
             out.append(_message("user", current))
+            images = images or _has_image(current)
         self._messages = out
+        self._images = images
         return out
 
     def record(self) -> list[PromptMessage]:
-        """The prompt with images by reference, for the transcript."""
+        """The prompt with images by reference, for the transcript (the very messages when
+        no image bytes are in it: they are shared with earlier turns' records, not copied)."""
         messages = list(self.messages())
+        if not self._images:
+            return messages
         for i, m in enumerate(messages):
-            for part in m.content:
-                if isinstance(part, ImagePart) and part.data is not None:
-                    content = [
-                        p.by_reference() if isinstance(p, ImagePart) else p for p in m.content
-                    ]
-                    messages[i] = _message(m.role, content)
-                    break
+            if _has_image(m.content):
+                content = [p.by_reference() if isinstance(p, ImagePart) else p for p in m.content]
+                messages[i] = _message(m.role, content)
         return messages
+
+    def history_pairs(self) -> list[tuple[str, str]]:
+        """:func:`history_text` of the recall and the history, each entry's pair made once."""
+        cache = self.cache if self.cache is not None else PromptCache()
+        return history_text(self.recall) + cache.history_pairs(self.history)
 
     @property
     def text(self) -> str:
@@ -104,6 +193,14 @@ class Prompt:
     @property
     def images(self) -> list[ImagePart]:
         return [p for p in self.working.observation if isinstance(p, ImagePart)]
+
+
+def _has_image(parts: Sequence[Part]) -> bool:
+    return any(isinstance(p, ImagePart) and p.data is not None for p in parts)
+
+
+def _pair(entry: MemoryEntry) -> tuple[str, str]:
+    return entry.speaker, "\n".join(p.text for p in entry.parts if isinstance(p, TextPart))
 
 
 def _labelled(entry: MemoryEntry) -> list[Part]:
@@ -118,6 +215,4 @@ def _labelled(entry: MemoryEntry) -> list[Part]:
 
 def history_text(history: list[MemoryEntry]) -> list[tuple[str, str]]:
     """History as (speaker, text) pairs, images left out."""
-    return [
-        (e.speaker, "\n".join(p.text for p in e.parts if isinstance(p, TextPart))) for e in history
-    ]
+    return [_pair(e) for e in history]

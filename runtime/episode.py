@@ -168,12 +168,19 @@ class _AgentActor(Actor):
         self.agent = agent
         self.inbox = topics.agent_inbox(runner.options.run, runner.spec.id, agent.role)
         self.model_player = runner.spec.players[agent.role].kind == "llm"
+        self.gm_inbox = topics.gm_inbox(runner.options.run, runner.spec.id)
 
     async def handle(self, delivery: Delivery) -> None:
         request = delivery.message
         if not isinstance(request, TurnRequest):
             return
         runner = self.runner
+        if not tracing.enabled():
+            # Untraced, a turn opens no span: an off tracer's spans cost a scripted turn a few
+            # per cent (their attributes, the context manager, the traceparent).
+            response = await self.agent.respond(request)
+            await runner.bus.publish(self.gm_inbox, response, local=not runner.options.mirror_turns)
+            return
         tracer = tracing.tracer()
         with tracer.start_as_current_span(
             f"invoke_agent {self.agent.role}",
@@ -205,7 +212,7 @@ class _AgentActor(Actor):
             response.traceparent = tracing.inject(span)
             # Published inside the span: a traced bus makes the publish span its child.
             await runner.bus.publish(
-                topics.gm_inbox(runner.options.run, runner.spec.id),
+                self.gm_inbox,
                 response,
                 local=not runner.options.mirror_turns,
             )
@@ -298,6 +305,7 @@ class EpisodeRunner:
         self._turn_span: trace.Span | None = None
         self._episode_span: trace.Span | None = None
         self._events_topic = topics.events(options.run, spec.id)
+        self._inboxes: dict[str, str] = {}  # each role's inbox topic
         self._state_topic = topics.state(options.run, spec.id)
         self._state_step = 0
         self._state_on = options.state != "off"
@@ -742,6 +750,20 @@ class EpisodeRunner:
             legal_actions=turn.legal_actions,
             view=obs.data,
         )
+        seat = turn.role in self.seats
+        if seat and self.seats[turn.role].timeout_s is not None:
+            request.deadline = time.time() + float(self.seats[turn.role].timeout_s or 0)
+        inbox = self._inboxes.get(turn.role)
+        if inbox is None:
+            inbox = self._inboxes[turn.role] = topics.agent_inbox(
+                self.options.run, self.spec.id, turn.role
+            )
+        # A seat's dashboard may be another process: its requests reach the broker, retained,
+        # so that a seat opened (or opened again) later still gets its turn.
+        local = not (self.options.mirror_turns or seat)
+        if not tracing.enabled():  # untraced: no turn span (see _AgentActor.handle)
+            await self._emit(inbox, request, local=local, retain=seat)
+            return
         tracer = tracing.tracer()
         self._turn_span = tracer.start_span(
             f"turn {self.requests} {turn.role}",
@@ -753,18 +775,8 @@ class EpisodeRunner:
             },
         )
         request.traceparent = tracing.inject(self._turn_span)
-        seat = turn.role in self.seats
-        if seat and self.seats[turn.role].timeout_s is not None:
-            request.deadline = time.time() + float(self.seats[turn.role].timeout_s or 0)
         with trace.use_span(self._turn_span, end_on_exit=False):
-            await self._emit(
-                topics.agent_inbox(self.options.run, self.spec.id, turn.role),
-                request,
-                # A seat's dashboard may be another process: its requests reach the broker,
-                # retained, so that a seat opened (or opened again) later still gets its turn.
-                local=not (self.options.mirror_turns or seat),
-                retain=seat,
-            )
+            await self._emit(inbox, request, local=local, retain=seat)
 
     async def on_response(self, response: TurnResponse) -> None:
         if self.done.done():
