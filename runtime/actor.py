@@ -50,11 +50,16 @@ class ActorHost:
         self._tasks[actor] = task
 
     async def _feed(self, actor: Actor, sub: Subscription, on_error: ErrorHandler) -> None:
+        # The run's tracing is set before its actors start and stays as it is: asked once.
+        spans = tracing.message_spans()
         try:
             async for delivery in sub:
                 try:
-                    # A CONSUMER span under the message's traceparent (no-op without tracing).
-                    with tracing.consume(delivery.topic, delivery.message):
+                    if spans:
+                        # A CONSUMER span under the message's traceparent.
+                        with tracing.consume(delivery.topic, delivery.message):
+                            await actor.handle(delivery)
+                    else:
                         await actor.handle(delivery)
                 except asyncio.CancelledError:
                     raise

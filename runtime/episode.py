@@ -708,7 +708,10 @@ class EpisodeRunner:
         gm = self.gm
         assert gm is not None
         try:
-            turn, view = await self._gm_call(self._next_turn_and_view)
+            if self._offload:
+                turn, view = await self._gm_call(self._next_turn_and_view)
+            else:
+                turn, view = self._next_turn_and_view()
         except Exception as exc:
             self.fail(f"game master failed: {type(exc).__name__}: {exc}", exc)
             return
@@ -810,7 +813,10 @@ class EpisodeRunner:
         gm = self.gm
         assert gm is not None
         try:
-            await self._gm_call(gm.on_reply, response.role, text)
+            if self._offload:
+                await self._gm_call(gm.on_reply, response.role, text)
+            else:  # called in place: no coroutine to make and await on every turn
+                gm.on_reply(response.role, text)
             events = gm.drain_events()
         except Exception as exc:
             self._end_turn()
