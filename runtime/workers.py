@@ -203,26 +203,27 @@ def _preload(games: list[str], modules: list[str]) -> None:
 _PRESTARTED: list[Spawned] = []
 
 
-def prestart(config: ExperimentConfig) -> int:
+def prestart(config: ExperimentConfig) -> list[int]:
     """Start now the worker processes a run of ``config`` will play in, so that they import
     parley, the games and the model SDKs while the caller does other things (``parley run``
-    checks the models first); the run's :class:`WorkerScheduler` takes them. Returns how many
-    were started (none for a run played in one process, or by ``workers: remote``)."""
+    checks the models first); the run's :class:`WorkerScheduler` takes them. Returns their
+    process ids (none for a run played in one process, or by ``workers: remote``)."""
     from parley.runtime.experiment import expand
     from parley.runtime.scheduler import worker_count
 
     if config.workers == "remote":
-        return 0
+        return []
     try:
         specs = expand(config)
     except ConfigError:
-        return 0  # the run refuses the config in its own words
+        return []  # the run refuses the config in its own words
     n = min(worker_count(config.workers, len(specs)), len(specs), config.concurrency)
     if n <= 1:
-        return 0
+        return []
     args = preload_args(config, specs)
-    _PRESTARTED.extend(Spawned(args) for _ in range(n))
-    return n
+    started = [Spawned(args) for _ in range(n)]
+    _PRESTARTED.extend(started)
+    return [worker.process.pid for worker in started]
 
 
 def _spawn(args: list[str]) -> Spawned:
