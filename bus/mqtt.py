@@ -686,17 +686,30 @@ class MqttBus(Bus):
         if conn is None:
             return
         paho = conn.paho
+        v5 = self.protocol == ProtocolVersion.V5
         while self._unsent and self._inflight < self._window:
             seq = self._unsent[0]
             entry = self._pending.get(seq)
             if entry is None:
                 self._unsent.popleft()
                 continue
-            info = paho.publish(
-                entry.topic, entry.payload, entry.qos, entry.retain, properties=entry.properties
-            )
-            if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
-                return  # the connection is going down: the next one sends it
+            if entry.qos == 1:
+                # The packet made here, not by paho's publish (mqtt_adapter says why).
+                mid = mqtt_adapter.next_mid(paho)
+                if entry.properties is not None:
+                    props: bytes | None = entry.properties.pack()
+                else:
+                    props = b"\x00" if v5 else None
+                packet = _publish_packet(entry.topic, entry.payload, mid, props, entry.retain)
+                if not mqtt_adapter.queue_packet(paho, packet, mid, 1):
+                    return  # the connection is going down: the next one sends it
+            else:
+                info = paho.publish(
+                    entry.topic, entry.payload, entry.qos, entry.retain, properties=entry.properties
+                )
+                if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
+                    return  # the connection is going down: the next one sends it
+                mid = info.mid
             self._unsent.popleft()
             if entry.sent:
                 self.stats.resent += 1
@@ -705,7 +718,7 @@ class MqttBus(Bus):
                 del self._pending[seq]
                 self._freed(entry.count)
             else:
-                conn.mids[info.mid] = seq
+                conn.mids[mid] = seq
                 self._inflight += 1
 
     def _schedule_pump(self) -> None:
@@ -736,13 +749,18 @@ class MqttBus(Bus):
         reason_code: ReasonCode,
         _properties: object,
     ) -> None:
+        self._acked(conn, mid, reason_code.is_failure, reason_code)
+
+    def _acked(self, conn: _Connection, mid: int, failed: bool, reason_code: object) -> None:
         seq = conn.mids.pop(mid, None)
         if seq is None:
             return  # QoS 0, or a message of an earlier connection
         if conn is self._conn:
             self._inflight -= 1
         entry = self._pending.pop(seq, None)
-        if entry is not None and reason_code.is_failure:
+        if entry is not None and failed:
+            if isinstance(reason_code, int):
+                reason_code = _reason(reason_code)
             self.stats.rejected += entry.count
             log.warning("the broker refused a message on %s: %s", entry.topic, reason_code)
         self._freed(entry.count if entry is not None else 0)
@@ -1118,6 +1136,11 @@ class MqttBus(Bus):
         paho.manual_ack_set(True)
         paho.on_message = lambda c, u, m: self._on_paho_message(conn, c, u, m)
         paho.on_publish = lambda c, u, mid, rc, p: self._on_puback(conn, c, u, mid, rc, p)
+        mqtt_adapter.route_pubacks(
+            paho,
+            conn.mids.__contains__,
+            lambda mid, reason: self._acked(conn, mid, reason >= 0x80, reason),
+        )
         # aiomqtt's handler, chained (mqtt_adapter checks that aiomqtt sets one).
         aiomqtt_on_connect: Callable[..., None] = paho.on_connect  # type: ignore[assignment]
 
@@ -1232,6 +1255,36 @@ def _remove(unregister: Callable[[int], bool], sock: Any) -> None:
     if fd >= 0:
         with contextlib.suppress(OSError, ValueError):
             unregister(fd)
+
+
+def _publish_packet(
+    topic: str, payload: bytes, mid: int, properties: bytes | None, retain: bool
+) -> bytes:
+    """A QoS 1 PUBLISH packet; ``properties`` packed with their length (MQTT 5) or None."""
+    name = topic.encode()
+    remaining = 4 + len(name) + len(payload) + (len(properties) if properties is not None else 0)
+    header = bytearray((0x32 | (1 if retain else 0),))  # PUBLISH, QoS 1
+    while True:  # the remaining length, 7 bits a byte
+        byte, remaining = remaining & 0x7F, remaining >> 7
+        header.append(byte | 0x80 if remaining else byte)
+        if not remaining:
+            break
+    return b"".join(
+        (
+            header,
+            len(name).to_bytes(2, "big"),
+            name,
+            mid.to_bytes(2, "big"),
+            properties or b"",
+            payload,
+        )
+    )
+
+
+def _reason(code: int) -> ReasonCode:
+    reason = ReasonCode(PacketTypes.PUBACK)
+    reason.unpack(bytes([code]))
+    return reason
 
 
 def _subscription_ids(message: paho_mqtt.MQTTMessage) -> list[int]:

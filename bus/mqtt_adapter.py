@@ -4,7 +4,12 @@
 callbacks itself (see its docstring); for that it needs four things aiomqtt keeps private: the
 paho client inside an ``aiomqtt.Client``, the future that ends a connection, the housekeeping
 task (keepalive pings) aiomqtt starts when a socket opens, and, for a log line, a message's
-raw topic bytes. They are read and written only here. :func:`problems` checks that the
+raw topic bytes. QoS 1 PUBLISH packets are built by the transport and queued on paho's
+outgoing packet queue (:func:`queue_packet`), their packet identifiers taken from paho's own
+counter (:func:`next_mid`), and their PUBACKs handed back before paho looks for a message it
+never saw (:func:`route_pubacks`): paho's ``publish`` builds a message object, a message-info
+object and a log line per message, and that was the largest part of what a message cost.
+They are read and written only here. :func:`problems` checks that the
 installed versions still have each of them, and everything else the transport relies on, in
 the expected shape; :func:`ensure_compatible` runs it once per process when the first MQTT bus
 starts, so an incompatible upgrade fails at once with the list of what changed
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
 
@@ -79,6 +85,53 @@ def stop_housekeeping(client: aiomqtt.Client) -> None:
         client._misc_task.cancel()
 
 
+def next_mid(paho: paho_mqtt.Client) -> int:
+    """A packet identifier from paho's counter, so it never clashes with paho's own packets
+    (SUBSCRIBE, UNSUBSCRIBE) on the connection."""
+    return paho._mid_generate()
+
+
+def queue_packet(paho: paho_mqtt.Client, packet: bytes, mid: int, qos: int) -> bool:
+    """Queue a ready PUBLISH packet (QoS 1 or 2: paho touches a QoS 0 packet's message info
+    once written) for paho to write; False when the connection has no socket."""
+    if paho._sock is None:
+        return False
+    paho._out_packet.append(
+        {
+            "command": packet[0],
+            "mid": mid,
+            "qos": qos,
+            "pos": 0,
+            "to_process": len(packet),
+            "packet": packet,
+            "info": None,
+        }
+    )
+    paho._call_socket_register_write()
+    return True
+
+
+def route_pubacks(
+    paho: paho_mqtt.Client, owns: Callable[[int], bool], acked: Callable[[int, int], None]
+) -> None:
+    """Send each PUBACK whose packet identifier ``owns`` claims to ``acked(mid, reason)``
+    (reason 0 when the broker sent none: success); paho handles the others."""
+    original = paho._handle_pubackcomp
+
+    def handle(cmd: Any) -> Any:
+        if cmd == "PUBACK":
+            packet = paho._in_packet["packet"]
+            size = len(packet)
+            if size >= 2:
+                mid = (packet[0] << 8) | packet[1]
+                if owns(mid):
+                    acked(mid, packet[2] if size > 2 else 0)
+                    return paho_mqtt.MQTT_ERR_SUCCESS
+        return original(cmd)
+
+    paho._handle_pubackcomp = handle  # type: ignore[method-assign]
+
+
 def raw_topic(message: paho_mqtt.MQTTMessage) -> bytes:
     """A received message's topic as the broker sent it (for a topic that is not UTF-8)."""
     return getattr(message, "_topic", b"")
@@ -100,6 +153,15 @@ def problems(client: Any) -> list[str]:
                 found.append(f"paho Client.{name} (callback) is missing")
         if not callable(getattr(paho, "on_connect", None)):
             found.append("aiomqtt no longer sets paho's on_connect (the transport chains it)")
+        for name in ("_mid_generate", "_call_socket_register_write", "_handle_pubackcomp"):
+            if not callable(getattr(paho, name, None)):
+                found.append(f"paho Client.{name}() is missing")
+        if not hasattr(getattr(paho, "_out_packet", None), "append"):
+            found.append("paho Client._out_packet (the outgoing packet queue) is missing")
+        if not isinstance(getattr(paho, "_in_packet", None), dict):
+            found.append("paho Client._in_packet (the packet being read) is not a dict")
+        if "_sock" not in vars(paho):
+            found.append("paho Client._sock is missing")
     future = getattr(client, "_disconnected", None)
     if not isinstance(future, asyncio.Future):
         found.append(f"aiomqtt.Client._disconnected is {type(future).__name__}, not a Future")
