@@ -976,7 +976,7 @@ class MqttBus(Bus):
         paho = conn.paho
         try:
             while True:
-                paho.loop_read()
+                mqtt_adapter.loop_read(paho, len(conn.mids))
                 sock = paho.socket()
                 if sock is not None and hasattr(sock, "pending") and sock.pending() > 0:
                     continue  # TLS: decrypted bytes the selector cannot see

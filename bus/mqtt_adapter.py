@@ -91,22 +91,36 @@ def next_mid(paho: paho_mqtt.Client) -> int:
     return paho._mid_generate()
 
 
+# Packets queued one after another join one entry of paho's queue up to this size, so paho
+# writes them with one send() (it sends each entry on its own); larger entries would cost
+# paho a copy of the rest of the entry for every partial write.
+JOIN_BYTES = 64 * 1024
+
+
 def queue_packet(paho: paho_mqtt.Client, packet: bytes, mid: int, qos: int) -> bool:
     """Queue a ready PUBLISH packet (QoS 1 or 2: paho touches a QoS 0 packet's message info
-    once written) for paho to write; False when the connection has no socket."""
+    once written) for paho to write; False when the connection has no socket. It joins the
+    queue's last entry when that is one of these and has room."""
     if paho._sock is None:
         return False
-    paho._out_packet.append(
-        {
-            "command": packet[0],
-            "mid": mid,
-            "qos": qos,
-            "pos": 0,
-            "to_process": len(packet),
-            "packet": packet,
-            "info": None,
-        }
-    )
+    queue = paho._out_packet
+    if queue:
+        last: Any = queue[-1]
+        if last.get("parley") and last["to_process"] + len(packet) <= JOIN_BYTES:
+            last["packet"] += packet  # a bytearray of its own
+            last["to_process"] += len(packet)
+            return True
+    entry: Any = {
+        "command": packet[0],
+        "mid": mid,
+        "qos": qos,
+        "pos": 0,
+        "to_process": len(packet),
+        "packet": bytearray(packet),
+        "info": None,
+        "parley": True,
+    }
+    queue.append(entry)
     paho._call_socket_register_write()
     return True
 
@@ -132,6 +146,23 @@ def route_pubacks(
     paho._handle_pubackcomp = handle  # type: ignore[method-assign]
 
 
+def loop_read(paho: paho_mqtt.Client, also: int) -> int:
+    """paho's ``loop_read``, reading up to ``also`` more packets a call than paho would: paho
+    reads as many as it has messages in flight, and the PUBLISHes :func:`queue_packet` sent
+    are not among them, so their PUBACKs would be read one per readiness of the socket."""
+    if paho._sock is None:
+        return paho_mqtt.MQTT_ERR_NO_CONN
+    for _ in range(max(1, len(paho._out_messages) + len(paho._in_messages) + also)):
+        if paho._sock is None:
+            return paho_mqtt.MQTT_ERR_NO_CONN
+        rc = paho._packet_read()
+        if rc > 0:
+            return paho._loop_rc_handle(rc)
+        if rc == paho_mqtt.MQTT_ERR_AGAIN:
+            break
+    return paho_mqtt.MQTT_ERR_SUCCESS
+
+
 def raw_topic(message: paho_mqtt.MQTTMessage) -> bytes:
     """A received message's topic as the broker sent it (for a topic that is not UTF-8)."""
     return getattr(message, "_topic", b"")
@@ -153,7 +184,13 @@ def problems(client: Any) -> list[str]:
                 found.append(f"paho Client.{name} (callback) is missing")
         if not callable(getattr(paho, "on_connect", None)):
             found.append("aiomqtt no longer sets paho's on_connect (the transport chains it)")
-        for name in ("_mid_generate", "_call_socket_register_write", "_handle_pubackcomp"):
+        for name in (
+            "_mid_generate",
+            "_call_socket_register_write",
+            "_handle_pubackcomp",
+            "_packet_read",
+            "_loop_rc_handle",
+        ):
             if not callable(getattr(paho, name, None)):
                 found.append(f"paho Client.{name}() is missing")
         if not hasattr(getattr(paho, "_out_packet", None), "append"):
@@ -162,6 +199,9 @@ def problems(client: Any) -> list[str]:
             found.append("paho Client._in_packet (the packet being read) is not a dict")
         if "_sock" not in vars(paho):
             found.append("paho Client._sock is missing")
+        for name in ("_out_messages", "_in_messages"):
+            if not hasattr(getattr(paho, name, None), "__len__"):
+                found.append(f"paho Client.{name} is missing")
     future = getattr(client, "_disconnected", None)
     if not isinstance(future, asyncio.Future):
         found.append(f"aiomqtt.Client._disconnected is {type(future).__name__}, not a Future")
