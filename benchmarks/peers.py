@@ -14,10 +14,12 @@ Two workloads, each played by parley and by a peer, interleaved A, B, A, B (``--
   imports, results on disk; parley's report is left to ``parley report``).
 * **Scripted long game, no model** — the runtime's own cost per turn. clembench's games are
   not on PyPI, so clemcore plays a counting game written here on its ``DialogueGameMaster``
-  with its programmatic (``mock``) players and its interactions recorder; parley plays
-  ``comma.memory`` (``--long-game``) with scripted players, one episode at a time, in one
-  process, the clemcore episode as long as parley's. Reported: µs per turn (parley) against
-  µs per player response (clemcore), wall and CPU, and per episode.
+  with its programmatic (``mock``) players and its interactions recorder; parley plays the
+  same counting game written on its ``GameMaster`` (``bench.count``, registered here: like for
+  like, the runtime's own cost) and ``comma.memory`` (``--long-game``, a real game's logic on
+  top) with scripted players, one episode at a time, in one process, the counting episodes as
+  long as ``comma.memory``'s. Reported: µs per turn (parley) against µs per player response
+  (clemcore), wall and CPU, and per episode.
 
 The peers are not parley dependencies: the benchmark makes a virtual environment for each under
 a cache folder (``$PARLEY_BENCH_CACHE`` or ``~/.cache/parley-bench/peers``) and pip-installs the
