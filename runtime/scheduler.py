@@ -461,19 +461,31 @@ async def run_experiment(
     new record supersedes the old). ``fail_on_error`` in the config stops the run early
     (:func:`error_watch`; :attr:`RunOutcome.stopped_by` says why).
     """
-    specs = play_order(expand(config))
-    if config.workers == "remote" and not (bus_url or config.bus).startswith("mqtt"):
-        raise ConfigError(
-            [("bus", bus_url or config.bus, "workers: remote needs an MQTT bus: mqtt[s]://host")]
+    from parley.runtime.workers import discard_prestarted
+
+    try:
+        specs = play_order(expand(config))
+        if config.workers == "remote" and not (bus_url or config.bus).startswith("mqtt"):
+            raise ConfigError(
+                [
+                    (
+                        "bus",
+                        bus_url or config.bus,
+                        "workers: remote needs an MQTT bus: mqtt[s]://host",
+                    )
+                ]
+            )
+        folder = RunFolder.prepare(
+            out,
+            config,
+            resume=resume or force_resume,
+            planned=len(specs),
+            lock=True,
+            same_config=not force_resume,
         )
-    folder = RunFolder.prepare(
-        out,
-        config,
-        resume=resume or force_resume,
-        planned=len(specs),
-        lock=True,
-        same_config=not force_resume,
-    )
+    except BaseException:
+        discard_prestarted()  # worker processes started ahead for a run that will not be
+        raise
     try:
         return await _run_in_folder(
             config, folder, specs, bus_url, concurrency, on_start, on_result, retry_errors
