@@ -154,6 +154,7 @@ class _Connection:
     shared_available: bool = True
     identifiers_available: bool = True
     paused: bool = False
+    acked: Callable[[int, int], None] = field(default=lambda mid, reason: None)
 
     @property
     def paho(self) -> paho_mqtt.Client:
@@ -976,6 +977,8 @@ class MqttBus(Bus):
         paho = conn.paho
         try:
             while True:
+                if conn.mids:
+                    mqtt_adapter.take_pubacks(paho, conn.mids.__contains__, conn.acked)
                 mqtt_adapter.loop_read(paho, len(conn.mids))
                 sock = paho.socket()
                 if sock is not None and hasattr(sock, "pending") and sock.pending() > 0:
@@ -1136,11 +1139,8 @@ class MqttBus(Bus):
         paho.manual_ack_set(True)
         paho.on_message = lambda c, u, m: self._on_paho_message(conn, c, u, m)
         paho.on_publish = lambda c, u, mid, rc, p: self._on_puback(conn, c, u, mid, rc, p)
-        mqtt_adapter.route_pubacks(
-            paho,
-            conn.mids.__contains__,
-            lambda mid, reason: self._acked(conn, mid, reason >= 0x80, reason),
-        )
+        conn.acked = lambda mid, reason: self._acked(conn, mid, reason >= 0x80, reason)
+        mqtt_adapter.route_pubacks(paho, conn.mids.__contains__, conn.acked)
         # aiomqtt's handler, chained (mqtt_adapter checks that aiomqtt sets one).
         aiomqtt_on_connect: Callable[..., None] = paho.on_connect  # type: ignore[assignment]
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import socket
+import ssl
 from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
@@ -161,6 +163,56 @@ def loop_read(paho: paho_mqtt.Client, also: int) -> int:
         if rc == paho_mqtt.MQTT_ERR_AGAIN:
             break
     return paho_mqtt.MQTT_ERR_SUCCESS
+
+
+def take_pubacks(
+    paho: paho_mqtt.Client, owns: Callable[[int], bool], acked: Callable[[int, int], None]
+) -> None:
+    """Read the plain PUBACKs (a packet identifier ``owns`` claims, then a success-class reason
+    or none) at the head of what the socket holds, in one read, before paho reads the rest
+    packet by packet (three ``recv`` calls and a parse each). Only between packets, and only on
+    a plain TCP socket (a TLS socket cannot be peeked at); anything else is left to paho."""
+    sock = paho._sock
+    if (
+        not isinstance(sock, socket.socket)
+        or isinstance(sock, ssl.SSLSocket)
+        or paho._in_packet["command"] != 0
+    ):
+        return
+    try:
+        data = sock.recv(65536, socket.MSG_PEEK)
+    except OSError:
+        return  # nothing there, or a broken socket that paho's read reports
+    taken: list[tuple[int, int]] = []
+    i, end = 0, len(data)
+    while i + 4 <= end and data[i] == 0x40:
+        size = data[i + 1]
+        if size == 2:
+            reason = 0
+        elif (
+            size in (3, 4)
+            and i + 2 + size <= end
+            and data[i + 4] < 0x80
+            and (size == 3 or data[i + 5] == 0)  # no properties
+        ):
+            reason = data[i + 4]
+        else:
+            break
+        mid = (data[i + 2] << 8) | data[i + 3]
+        if not owns(mid):
+            break
+        taken.append((mid, reason))
+        i += 2 + size
+    if not taken:
+        return
+    got = 0
+    while got < i:  # the bytes are there (peeked): take exactly them
+        chunk = sock.recv(i - got)
+        if not chunk:
+            return
+        got += len(chunk)
+    for mid, reason in taken:
+        acked(mid, reason)
 
 
 def raw_topic(message: paho_mqtt.MQTTMessage) -> bytes:
