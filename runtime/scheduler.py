@@ -465,16 +465,9 @@ async def run_experiment(
 
     try:
         specs = play_order(expand(config))
-        if config.workers == "remote" and not (bus_url or config.bus).startswith("mqtt"):
-            raise ConfigError(
-                [
-                    (
-                        "bus",
-                        bus_url or config.bus,
-                        "workers: remote needs an MQTT bus: mqtt[s]://host",
-                    )
-                ]
-            )
+        url = bus_url or config.bus
+        if config.workers == "remote" and not url.startswith("mqtt"):
+            raise ConfigError([("bus", url, "workers: remote needs an MQTT bus: mqtt[s]://host")])
         folder = RunFolder.prepare(
             out,
             config,
