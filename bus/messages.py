@@ -402,4 +402,3 @@ def images_in(message: BaseModel) -> list[ImagePart]:
 
     walk(message)
     return found
-

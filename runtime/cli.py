@@ -30,6 +30,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # tracing) is imported, in well under a second.
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
     config = load_config(args.config, overrides)
+    if config.workers != "remote" and not (args.resume or args.retry_errors):
+        from parley.runtime.workers import prestart
+
+        # Worker processes start now: they import while the models are checked.
+        prestart(config)
     _warn_broken_plugins()  # after the config: loading every game takes a while
     if (refused := check_before_run(config, args)) is not None:  # parley check, first
         return refused

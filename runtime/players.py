@@ -10,7 +10,7 @@ from typing import Any
 from parley.agents.backends.policy import LlmPolicy
 from parley.agents.backends.pool import ModelPool
 from parley.agents.policies import FunctionPolicy, HumanPolicy, Policy, SeatPolicy
-from parley.agents.prompt import Prompt, history_text
+from parley.agents.prompt import Prompt
 from parley.environments.base import PlayFn, View
 from parley.environments.registry import GameInfo
 from parley.runtime.config import PlayerSpec
@@ -30,7 +30,7 @@ def view_of(prompt: Prompt) -> View:
         feedback=prompt.working.feedback,
         legal_actions=list(prompt.working.legal_actions),
         # Memory of earlier episodes first, as the prompt has it (speaker "memory").
-        history=history_text([*prompt.recall, *prompt.history]),
+        history=prompt.history_pairs(),
         turn=prompt.turn,
     )
 

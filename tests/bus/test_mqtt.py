@@ -214,7 +214,8 @@ async def test_user_properties_carry_traceparent_and_content_type(
         mqtt5_broker.host, mqtt5_broker.port, protocol=aiomqtt.ProtocolVersion.V5
     ) as raw:
         await raw.subscribe(topic, qos=1)
-        async with mqtt5_broker.bus() as bus:
+        # Unbatched: a batch carries its own content type (tests/bus/test_batching.py).
+        async with mqtt5_broker.bus(batch=False) as bus:
             traced = event(1).model_copy(update={"traceparent": TRACEPARENT})
             await bus.publish(topic, traced)
             await bus.publish(topic, event(2))
@@ -291,7 +292,8 @@ async def test_a_lagging_remote_subscriber_loses_nothing_and_holds_a_bounded_bac
     n = 3000  # more than Mosquitto's default queue (1000): the project config must not drop
     topic = topics.events(RUN, "flood")
     async with (
-        mqtt_broker.bus() as a,
+        # One message a PUBLISH: the backlog counts PUBLISHes, and a batch is one.
+        mqtt_broker.bus(batch=False) as a,
         mqtt_broker.bus(receive_maximum=20, max_backlog=100) as b,
     ):
         sub = b.subscribe(topic, maxsize=50)

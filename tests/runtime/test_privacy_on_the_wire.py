@@ -27,7 +27,7 @@ import aiomqtt
 import pytest
 
 from parley.bus import topics
-from parley.bus.codec import decode
+from parley.bus.codec import decode, is_batch
 from parley.bus.local import LocalBus
 from parley.bus.messages import EpisodeFinished, Outcome, RunStatus
 from parley.bus.signing import KEY_FILE, RunKey, read_public_key, verify
@@ -96,6 +96,10 @@ async def tap(
             async for message in client.messages:
                 payload = message.payload
                 data = payload if isinstance(payload, bytes) else str(payload).encode()
+                if is_batch(data):  # a batch of messages on one topic: each on its own
+                    for item in json.loads(data):
+                        caught.received.append((str(message.topic), json.dumps(item).encode()))
+                    continue
                 caught.received.append((str(message.topic), data))
 
         task = asyncio.create_task(listen())
