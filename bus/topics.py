@@ -24,8 +24,10 @@ def check_id(value: str, what: str = "id") -> str:
     return value
 
 
-# Topics already found good: an episode publishes to the same few topics every turn.
+# Topics already found good: an episode publishes to the same few topics every turn. Kept
+# small (emptied when full): the topics are per episode, and a long run must not hold them all.
 _GOOD: set[str] = set()
+_GOOD_MAX = 1024
 
 
 def check_topic(topic: str) -> str:
@@ -33,7 +35,7 @@ def check_topic(topic: str) -> str:
     if topic in _GOOD:
         return topic
     _check_topic(topic)
-    if len(_GOOD) >= 16384:
+    if len(_GOOD) >= _GOOD_MAX:
         _GOOD.clear()
     _GOOD.add(topic)
     return topic
