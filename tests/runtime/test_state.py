@@ -284,10 +284,18 @@ async def test_a_late_mqtt_subscriber_sees_the_current_board(
         )
     )
     try:
-        while not any(decode(p).step >= 2 for _, p in seen if p):  # mid-episode
+        # The broker is shared with other tests, and a killed run's retained states stay on
+        # it: only this run's states count.
+        while "scheduler" not in box:
             await asyncio.sleep(0.02)
-        episode = decode(next(p for _, p in seen if p)).episode
         run_id = box["scheduler"].options.run
+
+        def ours() -> list[StateUpdate]:
+            return [m for m in (decode(p) for _, p in seen if p) if m.run == run_id]
+
+        while not any(m.step >= 2 for m in ours()):  # mid-episode
+            await asyncio.sleep(0.02)
+        episode = ours()[0].episode
         topic = topics.state(run_id, episode)
 
         async with aiomqtt.Client("127.0.0.1", mqtt5_broker.port) as late:
@@ -310,7 +318,7 @@ async def test_a_late_mqtt_subscriber_sees_the_current_board(
             await asyncio.wait_for(anext(after.messages), 0.5)  # the retained state is gone
     watcher.cancel()
 
-    states = [decode(p) for _, p in seen if p]
+    states = [m for m in (decode(p) for _, p in seen if p) if m.run == run_id]
     assert any(not p for t, p in seen if t == topic)  # the clear went by (an empty payload)
     finals = [s for s in states if s.final]
     assert len(finals) == 2 and all(s.scores["main"] == 100.0 for s in finals)
@@ -336,7 +344,9 @@ async def test_each_image_crosses_the_broker_once(mqtt5_broker: MqttBroker, tmp_
     assert [r["outcome"] for r in outcome.records] == ["success", "success"]
     await asyncio.sleep(0.5)
     watcher.cancel()
-    pictures = [p for s in map(decode, seen) for p in s.content if isinstance(p, ImagePart)]
+    # Only this run's states: the broker is shared, and a killed run's retained states stay.
+    ours = [s for s in map(decode, seen) if s.run == outcome.run_id]
+    pictures = [p for s in ours for p in s.content if isinstance(p, ImagePart)]
     assert len(pictures) == 2 * 7  # the start, five steps and the final state, twice
     inline = Counter(p.sha256 for p in pictures if p.data is not None)
     assert set(inline) == {p.sha256 for p in pictures}  # every board arrived with its bytes...
