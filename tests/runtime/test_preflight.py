@@ -247,3 +247,30 @@ def test_check_launch_starts_checks_and_stops_the_server(tmp_path: Path) -> None
         host, port = result.endpoint.removeprefix("http://").removesuffix("/v1").split(":")
         with pytest.raises(ConnectionRefusedError), socket.create_connection((host, int(port))):
             pass
+
+
+def test_a_cached_model_whose_server_is_down_runs_from_the_cache(
+    fresh: SimServerProcess,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    cache = tmp_path / "cache.sqlite"
+    data = wire({"m": entry(fresh, "solver-m")}, "m", variant="text")
+    data["cache"] = str(cache)
+    first = tmp_path / "first"
+    assert main(["run", write(tmp_path, data), "--out", str(first), "--quiet"]) == 0
+    # The same config with its server gone: the check warns instead of stopping the run, and
+    # the cache answers every request the first run made.
+    data["models"]["m"]["base_url"] = f"http://127.0.0.1:{closed_port()}/v1"
+    second = tmp_path / "second"
+    capsys.readouterr()
+    assert main(["run", write(tmp_path, data), "--out", str(second), "--quiet"]) == 0
+    assert "replies come from the response cache" in capsys.readouterr().err
+    records = [
+        yaml.safe_load(line) for line in (second / "episodes.jsonl").read_text().splitlines()
+    ]
+    assert len(records) == 2 and {r["outcome"] for r in records} != {"error"}
+    calls = [c for r in records for c in r["model_calls"].values()]
+    assert calls and all(c["cached"] == c["requests"] for c in calls)
