@@ -15,10 +15,11 @@ import aiomqtt
 import pytest
 
 from parley.bus import connect, topics
-from parley.bus.base import Delivery, Subscription
 from parley.bus.codec import BATCH_CONTENT_TYPE, CONTENT_TYPE, encode, encode_batch
-from parley.bus.messages import Job, TextPart, TranscriptEvent
+from parley.bus.messages import Job, TranscriptEvent
 from parley.bus.mqtt import MqttBus
+from tests.bus import support
+from tests.bus.support import numbers, take
 from tests.fixtures.broker import MqttBroker
 
 pytestmark = pytest.mark.anyio
@@ -27,33 +28,7 @@ RUN = "batching"
 
 
 def event(i: int, episode: str = "e1") -> TranscriptEvent:
-    return TranscriptEvent(
-        run=RUN,
-        episode=episode,
-        sender="gm",
-        event="note",
-        from_role="gm",
-        content=[TextPart(text=f"message {i}")],
-        data={"i": i},
-    )
-
-
-async def take(sub: Subscription, n: int, timeout: float = 15.0) -> list[Delivery]:
-    got: list[Delivery] = []
-
-    async def collect() -> None:
-        while len(got) < n:
-            got.append(await sub.get())
-
-    try:
-        await asyncio.wait_for(collect(), timeout)
-    except TimeoutError:
-        pytest.fail(f"{sub.filter}: {len(got)} of {n} messages arrived in {timeout} s")
-    return got
-
-
-def numbers(deliveries: list[Delivery]) -> list[int]:
-    return [d.message.data["i"] for d in deliveries]  # type: ignore[union-attr]
+    return support.event(i, episode, run=RUN)
 
 
 async def publish_bursts(bus: MqttBus, topic: str, items: range, burst: int = 50) -> None:

@@ -19,11 +19,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from parley.bus import connect, topics
-from parley.bus.base import Delivery, Subscription
 from parley.bus.broker import PROJECT_CONFIG, free_port, start_mosquitto
 from parley.bus.codec import CONTENT_TYPE, encode
-from parley.bus.messages import ImagePart, StateUpdate, TextPart, TranscriptEvent
+from parley.bus.messages import ImagePart, StateUpdate
 from parley.bus.mqtt import MqttBus, MqttConnectError
+from tests.bus.support import event, numbers, take
 from tests.conftest import require
 from tests.fixtures.broker import MqttBroker
 
@@ -31,36 +31,6 @@ pytestmark = pytest.mark.anyio
 
 RUN = "mqtt"
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-
-
-def event(i: int, episode: str = "e1") -> TranscriptEvent:
-    return TranscriptEvent(
-        run=RUN,
-        episode=episode,
-        sender="gm",
-        event="note",
-        from_role="gm",
-        content=[TextPart(text=f"message {i}")],
-        data={"i": i},
-    )
-
-
-async def take(sub: Subscription, n: int, timeout: float = 10.0) -> list[Delivery]:
-    got: list[Delivery] = []
-
-    async def collect() -> None:
-        while len(got) < n:
-            got.append(await sub.get())
-
-    try:
-        await asyncio.wait_for(collect(), timeout)
-    except TimeoutError:
-        pytest.fail(f"{sub.filter}: {len(got)} of {n} messages arrived in {timeout} s")
-    return got
-
-
-def numbers(deliveries: list[Delivery]) -> list[int]:
-    return [d.message.data["i"] for d in deliveries]  # type: ignore[union-attr]
 
 
 # -- configuration ----------------------------------------------------------------------------
