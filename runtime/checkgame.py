@@ -235,23 +235,7 @@ async def play_episode(
                 break
             agent = agents[turn.role]
             obs = turn.observation
-            request = TurnRequest(
-                run="check",
-                episode=key,
-                sender="gm",
-                recipient=turn.role,
-                turn=n,
-                role=turn.role,
-                system=gm.system_prompt(turn.role) if agent.turns == 0 else None,
-                observation=_parts(obs.text, obs.images),
-                feedback=turn.feedback,
-                incoming=[
-                    Utterance(sender=m.sender, content=_parts(m.text, m.images))
-                    for m in turn.incoming
-                ],
-                legal_actions=turn.legal_actions,
-                view=obs.data,
-            )
+            request = turn_request(gm, turn, "check", key, n, first=agent.turns == 0)
             response = await agent.respond(request)
             seen[turn.role] += [
                 request.system or "",
@@ -296,6 +280,28 @@ async def play_episode(
         played.reason = f"scores() raised {type(exc).__name__}: {exc}"
         played.error = "".join(traceback.format_exception(exc))
     return played
+
+
+def turn_request(gm: Any, turn: Any, run: str, episode: str, n: int, first: bool) -> TurnRequest:
+    """The request a game master's ``turn`` becomes, played without a bus (its system prompt
+    only on the role's ``first`` turn)."""
+    obs = turn.observation
+    return TurnRequest(
+        run=run,
+        episode=episode,
+        sender="gm",
+        recipient=turn.role,
+        turn=n,
+        role=turn.role,
+        system=gm.system_prompt(turn.role) if first else None,
+        observation=_parts(obs.text, obs.images),
+        feedback=turn.feedback,
+        incoming=[
+            Utterance(sender=m.sender, content=_parts(m.text, m.images)) for m in turn.incoming
+        ],
+        legal_actions=turn.legal_actions,
+        view=obs.data,
+    )
 
 
 def _parts(text: str, images: list[bytes]) -> list[TextPart | ImagePart]:

@@ -212,13 +212,6 @@ def _stand_in(info: GameInfo, spec: EpisodeSpec, role: str, strategy: str) -> An
     return None  # no built-in player for the role: a stalling one stands in
 
 
-def _parts(text: str, images: list[bytes]) -> list[Any]:
-    from parley.bus.messages import ImagePart, TextPart
-
-    parts: list[Any] = [TextPart(text=text)] if text else []
-    return parts + [ImagePart.from_bytes(image) for image in images]
-
-
 def _prose(view: Any, rng: random.Random) -> str:
     """A stalling player: a reply that chooses nothing (as runtime/checkgame.py's prose)."""
     return "Hmm, I am not sure yet; I would rather think about it some more before I decide."
@@ -237,8 +230,8 @@ async def play_sample(
     ``prose``: a stalling reply), counting each model role's prompt and reply tokens (images
     as many as ``models``' entry sends: ``max_images``, none for a text-only model)."""
     from parley.agents.agent import Agent
-    from parley.bus.messages import TurnRequest, Utterance
     from parley.memory import HistoryPolicy
+    from parley.runtime.checkgame import turn_request
     from parley.runtime.episode import MAX_REPLY_CHARS
     from parley.runtime.players import builtin_policy, make_policy
 
@@ -274,24 +267,7 @@ async def play_sample(
             if turn is None:
                 break
             agent = agents[turn.role]
-            obs = turn.observation
-            request = TurnRequest(
-                run="plan",
-                episode=spec.id,
-                sender="gm",
-                recipient=turn.role,
-                turn=n,
-                role=turn.role,
-                system=gm.system_prompt(turn.role) if agent.turns == 0 else None,
-                observation=_parts(obs.text, obs.images),
-                feedback=turn.feedback,
-                incoming=[
-                    Utterance(sender=m.sender, content=_parts(m.text, m.images))
-                    for m in turn.incoming
-                ],
-                legal_actions=turn.legal_actions,
-                view=obs.data,
-            )
+            request = turn_request(gm, turn, "plan", spec.id, n, first=agent.turns == 0)
             response = await agent.respond(request)
             sampled.turns[turn.role] += 1
             gm.on_reply(turn.role, response.text[:MAX_REPLY_CHARS])
