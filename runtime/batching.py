@@ -26,10 +26,9 @@ from parley.agents.backends import batch
 from parley.agents.backends.client import ModelClient, ModelUnavailable
 from parley.agents.backends.policy import LlmPolicy
 from parley.agents.backends.pool import ModelPool
-from parley.bus.messages import TurnRequest, Utterance
 from parley.environments import registry
 from parley.memory import HistoryPolicy
-from parley.runtime.episode import _parts
+from parley.runtime.episode import turn_request
 from parley.runtime.experiment import EpisodeSpec
 
 log = logging.getLogger("parley.runtime.batching")
@@ -56,25 +55,7 @@ def first_request(
     policy = pool.policy(player.model, player.params, turn.role)
     if not isinstance(policy, LlmPolicy) or policy.client is None:
         return None
-    images: dict[str, bytes] = {}
-    obs = turn.observation
-    request = TurnRequest(
-        run=run,
-        episode=spec.id,
-        sender="gm",
-        recipient=turn.role,
-        turn=1,
-        role=turn.role,
-        system=gm.system_prompt(turn.role),
-        observation=_parts(obs.text, obs.images, images),
-        feedback=turn.feedback,
-        incoming=[
-            Utterance(sender=m.sender, content=_parts(m.text, m.images, images))
-            for m in turn.incoming
-        ],
-        legal_actions=turn.legal_actions,
-        view=obs.data,
-    )
+    request = turn_request(turn, run=run, episode=spec.id, n=1, system=gm.system_prompt(turn.role))
     agent = Agent(
         turn.role,
         policy,

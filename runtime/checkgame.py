@@ -41,12 +41,11 @@ from hashlib import sha256
 from typing import Any
 
 from parley.agents.agent import Agent
-from parley.bus.messages import ImagePart, TextPart, TurnRequest, Utterance
 from parley.environments import registry
 from parley.environments.base import Observation, PlayFn, Scores, View
 from parley.environments.registry import GameInfo
 from parley.runtime.config import PlayerSpec
-from parley.runtime.episode import MAX_REPLY_CHARS
+from parley.runtime.episode import MAX_REPLY_CHARS, turn_request
 from parley.runtime.players import builtin_policy, make_policy
 
 MAX_REPLIES = 2_000  # an episode that has not ended after this many replies never will
@@ -235,7 +234,8 @@ async def play_episode(
                 break
             agent = agents[turn.role]
             obs = turn.observation
-            request = turn_request(gm, turn, "check", key, n, first=agent.turns == 0)
+            system = gm.system_prompt(turn.role) if agent.turns == 0 else None
+            request = turn_request(turn, run="check", episode=key, n=n, system=system)
             response = await agent.respond(request)
             seen[turn.role] += [
                 request.system or "",
@@ -280,34 +280,6 @@ async def play_episode(
         played.reason = f"scores() raised {type(exc).__name__}: {exc}"
         played.error = "".join(traceback.format_exception(exc))
     return played
-
-
-def turn_request(gm: Any, turn: Any, run: str, episode: str, n: int, first: bool) -> TurnRequest:
-    """The request a game master's ``turn`` becomes, played without a bus (its system prompt
-    only on the role's ``first`` turn)."""
-    obs = turn.observation
-    return TurnRequest(
-        run=run,
-        episode=episode,
-        sender="gm",
-        recipient=turn.role,
-        turn=n,
-        role=turn.role,
-        system=gm.system_prompt(turn.role) if first else None,
-        observation=_parts(obs.text, obs.images),
-        feedback=turn.feedback,
-        incoming=[
-            Utterance(sender=m.sender, content=_parts(m.text, m.images)) for m in turn.incoming
-        ],
-        legal_actions=turn.legal_actions,
-        view=obs.data,
-    )
-
-
-def _parts(text: str, images: list[bytes]) -> list[TextPart | ImagePart]:
-    parts: list[TextPart | ImagePart] = [TextPart(text=text)] if text else []
-    parts += [ImagePart.from_bytes(image) for image in images]
-    return parts
 
 
 # --- observation data ----------------------------------------------------------------------

@@ -37,7 +37,6 @@ from parley.environments import registry
 from parley.environments.base import (
     Event,
     GameMaster,
-    Observation,
     ObserverView,
     ReasonCode,
     Scores,
@@ -160,6 +159,38 @@ def _parts(text: str, images: list[bytes], cache: dict[str, bytes]) -> list[Text
         cache.setdefault(image.sha256, data)
         parts.append(image)
     return parts
+
+
+def turn_request(
+    turn: Turn,
+    *,
+    run: str,
+    episode: str,
+    n: int,
+    system: str | None,
+    images: dict[str, bytes] | None = None,
+) -> TurnRequest:
+    """The request a game master's ``turn`` becomes: its observation, feedback, what others
+    said, legal actions and view; ``images`` (sha256 → bytes) collects the pictures it shows."""
+    seen = images if images is not None else {}
+    obs = turn.observation
+    return TurnRequest(
+        run=run,
+        episode=episode,
+        sender="gm",
+        recipient=turn.role,
+        turn=n,
+        role=turn.role,
+        system=system,
+        observation=_parts(obs.text, obs.images, seen),
+        feedback=turn.feedback,
+        incoming=[
+            Utterance(sender=m.sender, content=_parts(m.text, m.images, seen))
+            for m in turn.incoming
+        ],
+        legal_actions=turn.legal_actions,
+        view=obs.data,
+    )
 
 
 class _AgentActor(Actor):
@@ -735,23 +766,13 @@ class EpisodeRunner:
         if turn.role not in self.system_sent:
             system = gm.system_prompt(turn.role)
             self.system_sent.add(turn.role)
-        obs: Observation = turn.observation
-        request = TurnRequest(
+        request = turn_request(
+            turn,
             run=self.options.run,
             episode=self.spec.id,
-            sender="gm",
-            recipient=turn.role,
-            turn=self.requests,
-            role=turn.role,
+            n=self.requests,
             system=system,
-            observation=_parts(obs.text, obs.images, images),
-            feedback=turn.feedback,
-            incoming=[
-                Utterance(sender=m.sender, content=_parts(m.text, m.images, images))
-                for m in turn.incoming
-            ],
-            legal_actions=turn.legal_actions,
-            view=obs.data,
+            images=images,
         )
         seat = turn.role in self.seats
         if seat and self.seats[turn.role].timeout_s is not None:

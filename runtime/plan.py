@@ -231,8 +231,7 @@ async def play_sample(
     as many as ``models``' entry sends: ``max_images``, none for a text-only model)."""
     from parley.agents.agent import Agent
     from parley.memory import HistoryPolicy
-    from parley.runtime.checkgame import turn_request
-    from parley.runtime.episode import MAX_REPLY_CHARS
+    from parley.runtime.episode import MAX_REPLY_CHARS, turn_request
     from parley.runtime.players import builtin_policy, make_policy
 
     sampled = _Sampled("error", dict.fromkeys(info.roles, 0))
@@ -267,7 +266,8 @@ async def play_sample(
             if turn is None:
                 break
             agent = agents[turn.role]
-            request = turn_request(gm, turn, "plan", spec.id, n, first=agent.turns == 0)
+            system = gm.system_prompt(turn.role) if agent.turns == 0 else None
+            request = turn_request(turn, run="plan", episode=spec.id, n=n, system=system)
             response = await agent.respond(request)
             sampled.turns[turn.role] += 1
             gm.on_reply(turn.role, response.text[:MAX_REPLY_CHARS])
