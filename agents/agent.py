@@ -61,6 +61,9 @@ class Agent:
             if request.feedback:
                 seen.append(f"Feedback: {request.feedback}")
             self.log.append(Recollection("seen", "gm", "\n".join(t for t in seen if t)))
+        return self._prompt()
+
+    def _prompt(self) -> Prompt:
         return Prompt(
             role=self.role,
             system=self.system,
@@ -101,14 +104,7 @@ class Agent:
             [],
             {"memory_note": True, "outcome": outcome, "score": score},
         )
-        prompt = Prompt(
-            role=self.role,
-            system=self.system,
-            history=list(self.episodic.window(self.history_policy)),
-            working=self.working,
-            turn=self.turns,
-            recall=self.recall,
-        )
+        prompt = self._prompt()
         decision = await self.policy.decide(prompt)
         if self.log is not None:
             self.log.append(Recollection("note", self.role, decision.text))
