@@ -126,9 +126,13 @@ async def responsive_gc(full_every_s: float = 60.0) -> AsyncIterator[None]:
     ``full_every_s`` seconds (a pause of 0.1–0.3 s with thousands of live episodes), which
     bounds what code that does leave cycles (a game, a library) can hold. Objects from before
     are frozen out of every pass. The previous state is restored afterwards.
+
+    The young generations are collected before the freeze, not the old one: a full pass over
+    a process that has imported its games takes 50 ms and, measured, finds a few dozen
+    unreachable objects, which stay frozen until the block ends.
     """
     enabled = gc.isenabled()
-    gc.collect()
+    gc.collect(1)
     gc.freeze()
     gc.disable()
 

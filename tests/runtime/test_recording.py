@@ -169,3 +169,39 @@ async def test_torn_images_run_json_and_transcript_are_repaired_on_resume(tmp_pa
     assert sorted(r["seed"] for r in resumed.records) == list(range(6))
     assert every_line_parses(out / "transcripts.jsonl") > 0
     assert not list((out / "images").glob(".*.tmp"))
+
+
+def test_a_transcript_encodes_shared_prompt_messages_once_and_reads_as_encoded_alone() -> None:
+    """Turns whose prompts share message objects (an agent's history) are written as each
+    message encoded on its own would be, image bytes left out, whatever the order of keys."""
+    import base64
+
+    from parley.bus.codec import decode, encode
+    from parley.bus.messages import ImagePart, PromptMessage, TextPart, TranscriptEvent
+    from parley.runtime.results import encode_transcript
+
+    picture = ImagePart.from_bytes(b"\x89PNG not really")
+    system = PromptMessage(role="system", content=[TextPart(text="Count on.")])
+    seen = PromptMessage(role="user", content=[TextPart(text="Look:"), picture])
+    prompts = [
+        [system],
+        [system, seen],
+        [system, seen, PromptMessage(role="assistant", content=[])],
+    ]
+    transcript = [
+        TurnResponse(run="r", episode="e", sender="a", role="a", text=f"NUMBER: {i}", prompt=p)
+        for i, p in enumerate(prompts)
+    ]
+    transcript.insert(
+        1, TranscriptEvent(run="r", episode="e", sender="gm", event="note", from_role="gm")
+    )
+    transcript.append(TurnResponse(run="r", episode="e", sender="b", role="b", text="x", prompt=[]))
+
+    lines = encode_transcript(transcript).split(b"\n")
+    assert lines[-1] == b"" and len(lines) == len(transcript) + 1
+    for line, message in zip(lines, transcript, strict=False):
+        assert json.loads(line) == json.loads(encode(message, inline_images=False))
+        assert base64.b64encode(picture.data or b"") not in line  # the bytes stay out
+    again = decode(lines[2])
+    assert isinstance(again, TurnResponse) and again.prompt is not None
+    assert again.prompt[1].content[1] == picture.by_reference()
