@@ -14,7 +14,9 @@ Two workloads, each played by parley and by a peer, interleaved A, B, A, B (``--
   imports, results on disk; parley's report is left to ``parley report``).
 * **Scripted long game, no model** — the runtime's own cost per turn. clembench's games are
   not on PyPI, so clemcore plays a counting game written here on its ``DialogueGameMaster``
-  with its programmatic (``mock``) players and its interactions recorder; parley plays the
+  with its programmatic (``mock``) players, twice: laid out as a clemgame and played by
+  ``clemcore.cli.run`` (what ``clem run`` calls: its runner, its records on disk), and stepped
+  by hand with its interactions recorder (its game loop alone); parley plays the
   same counting game written on its ``GameMaster`` (``bench.count``, registered here: like for
   like, the runtime's own cost) and ``comma.memory`` (``--long-game``, a real game's logic on
   top) with scripted players, one episode at a time, in one process, the counting episodes as
@@ -274,17 +276,19 @@ def single_turn(args: argparse.Namespace) -> list[dict[str, Any]]:
 # clembench's games are not on PyPI (pip gives clemcore, the framework, only; the games live in
 # the clembench repository), so the clemcore side is a game written here on clemcore's own
 # DialogueGameMaster: two programmatic players (clemcore's CustomResponseModel, what ``-m mock``
-# resolves to) count in turns until the episode's turn limit, with clemcore's per-episode
-# GameInteractionsRecorder attached and its record serialised, as ``clem run`` stores it. Its
-# episode is as long as parley's (the same number of responses).
-CLEM_DRIVER = """
-import json, sys, time
-from clemcore.backends.model_registry import CustomResponseModel, ModelSpec
+# resolves to) count in turns until the episode's turn limit. Its episode is as long as
+# parley's (the same number of responses). It is measured twice:
+# * ``clem run``: the game laid out as a clemgame (clemgame.json, master.py with its
+#   GameBenchmark, in/instances.json) and played by ``clemcore.cli.run``, what ``clem run -g
+#   count -m mock mock`` calls: clemcore's runner and its per-episode records on disk
+#   (instance.json, interactions.json, the players' requests), as a researcher runs it;
+# * ``loop only``: the same game master stepped by hand with clemcore's interactions recorder
+#   and its record serialised but not written: clemcore's game loop without its runner.
+CLEM_GAME = """
+from clemcore.clemgame.benchmark import GameBenchmark
 from clemcore.clemgame.errors import ParseError
 from clemcore.clemgame.master import DialogueGameMaster
 from clemcore.clemgame.player import Player
-from clemcore.clemgame.recorder import GameInteractionsRecorder
-from clemcore.clemgame.registry import GameSpec
 
 
 class Counter(Player):
@@ -311,29 +315,72 @@ class CountGame(DialogueGameMaster):
         if int(parsed) >= self.limit:
             self.state.succeed()
 
+    def compute_turn_score(self):
+        return 1
 
-episodes, turns = int(sys.argv[1]), int(sys.argv[2])
-spec = GameSpec(game_name="count", game_path=".", players=2)
-model = CustomResponseModel(ModelSpec(model_name="mock"))
-responses = 0
-start, cpu = time.perf_counter(), time.process_time()
-for game_id in range(episodes):
-    gm = CountGame(spec, {"name": "count"}, [model, model])
-    gm.setup(turns=turns, game_id=game_id)
-    recorder = GameInteractionsRecorder("count", "count", game_id, ".", {})
-    for p in gm.get_players():
-        recorder.log_player(p.name, p.game_role, p.model.name)
-    gm.register(recorder)
-    gm.before_game()
-    done = False
-    while not done:
-        player = gm.current_player
-        model.players = [player]
-        done, _ = gm.step(player(gm.get_context_for(player)))
-        responses += 1
-    json.dumps(recorder.interactions)
-print(json.dumps({"episodes": episodes, "turns": responses,
-                  "seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu}))
+    def compute_episode_score(self):
+        return 1
+
+
+class CountBenchmark(GameBenchmark):
+    def create_game_master(self, experiment, player_models):
+        return CountGame(self.game_spec, experiment, player_models)
+"""
+
+CLEM_DRIVER = """
+import json, os, sys, tempfile, time
+from pathlib import Path
+
+mode, episodes, turns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+root = Path(tempfile.mkdtemp(prefix="parley-peers-clem-"))
+game = root / "count"
+(game / "in").mkdir(parents=True)
+(game / "master.py").write_text(GAME)
+meta = {"game_name": "count", "game_path": str(game), "description": "count in turns",
+        "main_game": "count", "players": 2, "image": "none", "languages": ["en"]}
+(game / "clemgame.json").write_text(json.dumps(meta))
+instances = [{"game_id": i, "turns": turns} for i in range(episodes)]
+(game / "in" / "instances.json").write_text(
+    json.dumps({"experiments": [{"name": "count", "game_instances": instances}]}))
+os.chdir(root)
+from clemcore import backends, cli
+from clemcore.clemgame.benchmark import GameBenchmark
+from clemcore.clemgame.recorder import GameInteractionsRecorder
+from clemcore.clemgame.registry import GameSpec
+
+spec = GameSpec.from_dict(meta)
+mock = [backends.ModelSpec(model_name="mock"), backends.ModelSpec(model_name="mock")]
+if mode == "clem-run":
+    start, cpu = time.perf_counter(), time.process_time()
+    cli.run(spec, mock, gen_args={"temperature": 0.0, "max_tokens": 100},
+            results_dir_path=root / "results")
+    seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    records = [json.loads(p.read_text()) for p in (root / "results").rglob("interactions.json")]
+    responses = sum(e["action"]["type"] == "get message" for r in records
+                    for turn in r["turns"] for e in turn)
+    done = len(records)
+else:
+    benchmark = GameBenchmark.load_from_spec(spec)
+    models = backends.load_models(mock, {"temperature": 0.0, "max_tokens": 100})
+    responses = done = 0
+    start, cpu = time.perf_counter(), time.process_time()
+    for game_id in range(episodes):
+        gm = benchmark.create_game_master({"name": "count"}, models)
+        gm.setup(turns=turns, game_id=game_id)
+        recorder = GameInteractionsRecorder("count", "count", game_id, ".", {})
+        for p in gm.get_players():
+            recorder.log_player(p.name, p.game_role, p.model.name)
+        gm.register(recorder)
+        gm.before_game()
+        over = False
+        while not over:
+            player = gm.current_player
+            over, _ = gm.step(player(gm.get_context_for(player)))
+            responses += 1
+        json.dumps(recorder.interactions)
+        done += 1
+    seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+print(json.dumps({"episodes": done, "turns": responses, "seconds": seconds, "cpu_s": cpu_s}))
 """
 
 # parley's side, in one process on the local bus, tracing and state publishing off, one episode
@@ -439,7 +486,8 @@ def long_game(args: argparse.Namespace) -> list[dict[str, Any]]:
         for who, game in (
             ("parley", args.long_game),
             ("parley", "bench.count"),
-            ("clemcore", "count (clemcore DialogueGameMaster)"),
+            ("clemcore", "clem-run"),
+            ("clemcore", "loop-only"),
         ):
             if who == "parley":
                 figures = _driver(
@@ -453,7 +501,8 @@ def long_game(args: argparse.Namespace) -> list[dict[str, Any]]:
                 if game == args.long_game:
                     turns_per_episode = round(figures["turns"] / max(1, figures["episodes"]))
             else:
-                figures = _driver(clem, CLEM_DRIVER, args.long_episodes, turns_per_episode)
+                source = f"GAME = {CLEM_GAME!r}\n" + textwrap.dedent(CLEM_DRIVER)
+                figures = _driver(clem, source, game, args.long_episodes, turns_per_episode)
             row = {
                 "workload": "long",
                 "who": who,
@@ -496,15 +545,18 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 out.append(_line(f"N={n:,} {key}", mine, theirs, "Inspect AI", better))
         else:
             # One block per parley game (the counting game first: like for like), each against
-            # clemcore's counting game.
+            # clemcore's counting game as ``clem run`` plays it and as its bare loop.
             games = sorted({r["game"] for r in group if r["who"] == "parley"}, key=_count_first)
-            theirs_rows = [r for r in group if r["who"] != "parley"]
             for game in games:
                 for key in ("us_per_turn", "cpu_us_per_turn", "us_per_episode"):
                     mine = [r[key] for r in group if r["who"] == "parley" and r["game"] == game]
-                    theirs = [r[key] for r in theirs_rows]
-                    out.append(_line(f"long {game} {key}", mine, theirs, "clemcore count", "lower"))
+                    for variant, peer in CLEM_VARIANTS.items():
+                        theirs = [r[key] for r in group if r["game"] == variant]
+                        out.append(_line(f"long {game} {key}", mine, theirs, peer, "lower"))
     return out
+
+
+CLEM_VARIANTS = {"clem-run": "clem run, count", "loop-only": "clemcore loop only"}
 
 
 def _count_first(game: str) -> tuple[bool, str]:
