@@ -22,6 +22,7 @@ import os
 import random
 import sys
 import time
+import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -451,17 +452,31 @@ class DirectTransport:
     def __init__(self, url: str, backend: Backend, sdk_client: Any, spec: ModelSpec) -> None:
         self.backend = backend
         self.target = yarl.URL(url + backend.path)
-        headers = {**sdk_client.default_headers, **sdk_client.auth_headers}
+        every = {**sdk_client.default_headers, **sdk_client.auth_headers}
+        headers = {k: v for k, v in every.items() if isinstance(v, str)}
         connections = spec.concurrency.max + 16
+        connect_s = min(10.0, spec.timeout_s)
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=connections, limit_per_host=connections),
-            headers={k: v for k, v in headers.items() if isinstance(v, str)},
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, spec.timeout_s)),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_s),
+        )
+        # Whole (not streamed) replies from a plain http:// server: over connections of our own.
+        self.http1 = (
+            _Http1(self.target, headers, connect_s) if _Http1.fits(self.target, headers) else None
         )
 
     async def send(
         self, body: dict[str, Any], stream: bool, headers: dict[str, str] | None = None
     ) -> Reply:
+        if self.http1 is not None and not stream:
+            response = await self.http1.post(_dumps(body), headers)
+            if response.status >= 400:
+                text = response.body.decode("utf-8", "replace").strip()
+                raise status_failure(
+                    response.status, response.headers, f"HTTP {response.status}: {text[:300]}"
+                )
+            return _parsed(self.backend.parse, response.body)
         start = time.monotonic()
         async with self.session.post(self.target, data=_dumps(body), headers=headers) as response:
             if response.status >= 400:
@@ -488,7 +503,323 @@ class DirectTransport:
             return acc.reply(ttft)
 
     async def aclose(self) -> None:
+        if self.http1 is not None:
+            self.http1.close()
         await self.session.close()
+
+
+# --- plain HTTP/1.1 for direct transport --------------------------------------------------------
+
+# Idle keep-alive connections older than this are closed rather than reused (aiohttp's default).
+KEEPALIVE_S = 15.0
+_MAX_HEAD = 64 * 1024  # a response's status line and headers, at most
+# Request headers this client writes itself.
+_OWN_HEADERS = frozenset(
+    ("host", "content-length", "content-type", "connection", "transfer-encoding", "accept-encoding")
+)
+
+
+class _Response:
+    """One HTTP response as read off a connection."""
+
+    __slots__ = ("body", "headers", "keep_alive", "status")
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes, keep_alive: bool) -> None:
+        self.status = status
+        self.headers = headers  # names lower-cased
+        self.body = body
+        self.keep_alive = keep_alive
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: a request written, its response read (status, headers, then a
+    body of Content-Length bytes, chunked, or up to the end of the connection)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self._buffer = bytearray()
+        self._waiter: asyncio.Future[_Response] | None = None
+        self._head: tuple[int, dict[str, str], int, bool] | None = None  # status, headers, at, ka
+        self._eof = False
+        self._got_bytes = False
+
+    # asyncio's protocol callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self._got_bytes = True
+        self._buffer += data
+        if self._waiter is not None:
+            self._parse()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        if self._waiter is not None:
+            self._parse()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._eof = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            self._parse()
+            if not waiter.done():
+                waiter.set_exception(self._cut_short(exc))
+
+    # the exchange
+
+    async def exchange(self, request: list[bytes]) -> _Response:
+        """Write ``request`` (its byte pieces), and read its response."""
+        assert self.transport is not None
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._buffer.clear()
+        self._head = None
+        self._got_bytes = False
+        self.transport.writelines(request)
+        try:
+            return await self._waiter
+        finally:
+            self._waiter = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _cut_short(self, exc: Exception | None) -> Exception:
+        if not self._got_bytes:
+            # As aiohttp reports it: a connection error (the response never began).
+            return aiohttp.ServerDisconnectedError()
+        # A response that began and did not end: a body cut short (bad_response).
+        return aiohttp.ClientPayloadError(f"Response payload is not completed: {exc!r}")
+
+    def _fail(self, exc: Exception) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+        self.close()
+
+    def _parse(self) -> None:
+        waiter = self._waiter
+        assert waiter is not None
+        if waiter.done():
+            return
+        buffer = self._buffer
+        if self._head is None:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > _MAX_HEAD:
+                    self._fail(BadResponse("the response's headers are too long"))
+                return
+            try:
+                head = _parse_head(bytes(buffer[:end]))
+            except ValueError as exc:
+                self._fail(BadResponse(f"not an HTTP response: {exc}"))
+                return
+            status, headers, keep_alive = head
+            if 100 <= status < 200:  # an interim response (100 Continue): the real one follows
+                del buffer[: end + 4]
+                self._parse()
+                return
+            self._head = (status, headers, end + 4, keep_alive)
+        status, headers, at, keep_alive = self._head
+        try:
+            body = _body(buffer, at, headers, status, self._eof)
+        except aiohttp.ClientPayloadError as exc:  # cut short: classified as aiohttp's
+            self._fail(exc)
+            return
+        except ValueError as exc:
+            self._fail(BadResponse(f"bad response body: {exc}"))
+            return
+        if body is None:
+            return  # more to come
+        if body is _UNTIL_CLOSE:
+            keep_alive = False
+            body = bytes(buffer[at:])
+        try:
+            body = _decoded(body, headers.get("content-encoding"))
+        except ValueError as exc:
+            self._fail(BadResponse(f"bad response body: {exc}"))
+            return
+        waiter.set_result(_Response(status, headers, body, keep_alive))
+
+
+_UNTIL_CLOSE = b"\x00until-close"  # a marker: the body is what came before the end
+
+
+def _parse_head(head: bytes) -> tuple[int, dict[str, str], bool]:
+    """Status, headers (lower-case names) and whether the connection stays open."""
+    lines = head.decode("latin-1").split("\r\n")
+    version, _, rest = lines[0].partition(" ")
+    if not version.startswith("HTTP/1."):
+        raise ValueError(f"status line {lines[0][:80]!r}")
+    status = int(rest[:3])
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, colon, value = line.partition(":")
+        if not colon:
+            raise ValueError(f"header line {line[:80]!r}")
+        headers[name.strip().lower()] = value.strip()
+    connection = headers.get("connection", "").lower()
+    # HTTP/1.1 keeps the connection unless told to close; 1.0 closes it unless told to keep it.
+    keep_alive = "close" not in connection if version != "HTTP/1.0" else "keep-alive" in connection
+    return status, headers, keep_alive
+
+
+def _body(
+    buffer: bytearray, at: int, headers: dict[str, str], status: int, eof: bool
+) -> bytes | None:
+    """The body once it is all in ``buffer`` (from ``at``); None while more is to come;
+    ``_UNTIL_CLOSE`` when it ended with the connection."""
+    if status in (204, 304):
+        return b""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        return _dechunked(buffer, at, eof)
+    length = headers.get("content-length")
+    if length is not None:
+        n = int(length)
+        if n < 0:
+            raise ValueError(f"Content-Length {length}")
+        if len(buffer) - at >= n:
+            return bytes(buffer[at : at + n])
+        if eof:
+            raise aiohttp.ClientPayloadError(
+                f"Response payload is not completed: {len(buffer) - at} of {n} bytes"
+            )
+        return None
+    return _UNTIL_CLOSE if eof else None
+
+
+def _dechunked(buffer: bytearray, at: int, eof: bool) -> bytes | None:
+    pieces: list[bytes] = []
+    while True:
+        line_end = buffer.find(b"\r\n", at)
+        if line_end < 0:
+            break
+        size = int(bytes(buffer[at:line_end]).split(b";", 1)[0].strip(), 16)  # ValueError: bad
+        if size == 0:
+            # The last chunk, then trailers (if any) up to an empty line.
+            if buffer.find(b"\r\n\r\n", line_end) >= 0:
+                return b"".join(pieces)
+            break
+        start = line_end + 2
+        if len(buffer) < start + size + 2:
+            break
+        pieces.append(bytes(buffer[start : start + size]))
+        at = start + size + 2
+    if eof:
+        raise aiohttp.ClientPayloadError("Response payload is not completed: chunked body cut")
+    return None
+
+
+def _decoded(body: bytes, encoding: str | None) -> bytes:
+    """The body with its Content-Encoding (gzip, deflate) undone (none is asked for)."""
+    if not encoding or encoding.lower() == "identity":
+        return body
+    kind = encoding.lower()
+    try:
+        if kind in ("gzip", "x-gzip"):
+            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+        if kind == "deflate":
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, -zlib.MAX_WBITS)
+    except zlib.error as exc:
+        raise ValueError(f"{encoding} body: {exc}") from None
+    raise ValueError(f"Content-Encoding {encoding!r}")
+
+
+class _Http1:
+    """Requests to one plain ``http://`` URL over keep-alive connections of its own.
+
+    aiohttp's client spends more CPU on a small JSON request (URL and header objects, cookie
+    and trace hooks, its response and payload objects) than the rest of a model call; this
+    writes the request's bytes (a header block made once) and reads the response with a few
+    ``bytes.find`` calls. Connections are reused most recently used first; idle ones older
+    than :data:`KEEPALIVE_S` are closed. The endpoint's limiter bounds how many are open.
+    """
+
+    def __init__(self, target: yarl.URL, headers: Mapping[str, str], connect_s: float) -> None:
+        assert target.host is not None and target.port is not None
+        self.host = target.raw_host or target.host
+        self.port = target.port
+        self.connect_s = connect_s
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        if target.explicit_port is not None:
+            host = f"{host}:{target.port}"
+        lines = [f"POST {target.raw_path_qs} HTTP/1.1", f"Host: {host}"]
+        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in _OWN_HEADERS]
+        lines += ["Content-Type: application/json", "Content-Length: "]
+        self._head = "\r\n".join(lines).encode("latin-1")
+        self._idle: deque[_Connection] = deque()
+        self._open: set[_Connection] = set()
+
+    @staticmethod
+    def fits(target: yarl.URL, headers: Mapping[str, str]) -> bool:
+        """Whether a URL and headers can go this way: plain http without credentials in the
+        URL, and header values that are one line of Latin-1 (others go through aiohttp)."""
+        if target.scheme != "http" or target.user or target.password or not target.host:
+            return False
+        for k, v in headers.items():
+            text = f"{k}{v}"
+            if "\r" in text or "\n" in text or not text.isascii():
+                return False
+        return True
+
+    def _request(self, body: bytes, headers: Mapping[str, str] | None) -> list[bytes]:
+        extra = ""
+        if headers:
+            extra = "".join(f"\r\n{k}: {v}" for k, v in headers.items() if "\n" not in f"{k}{v}")
+        head = b"%s%d%s\r\n\r\n" % (self._head, len(body), extra.encode("latin-1"))
+        return [head, body]
+
+    async def _connection(self) -> _Connection:
+        now = time.monotonic()
+        idle = self._idle
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
+                return conn
+            self._drop(conn)
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self.connect_s):
+            _, conn = await loop.create_connection(_Connection, self.host, self.port)
+        self._open.add(conn)
+        return conn
+
+    def _drop(self, conn: _Connection) -> None:
+        conn.close()
+        self._open.discard(conn)
+
+    async def post(self, body: bytes, headers: Mapping[str, str] | None = None) -> _Response:
+        conn = await self._connection()
+        try:
+            response = await conn.exchange(self._request(body, headers))
+        except BaseException:
+            # Cancelled (the call's deadline), cut short, or refused: the connection's state is
+            # unknown, so it is not reused.
+            self._drop(conn)
+            raise
+        if response.keep_alive and not conn.closed:
+            conn.idle_since = time.monotonic()
+            self._idle.append(conn)
+            # The oldest idle connections, which the most recently used ones stand in front of.
+            while self._idle and conn.idle_since - self._idle[0].idle_since >= KEEPALIVE_S:
+                self._drop(self._idle.popleft())
+        else:
+            self._drop(conn)
+        return response
+
+    def close(self) -> None:
+        for conn in list(self._open):
+            conn.close()
+        self._open.clear()
+        self._idle.clear()
 
 
 # --- endpoints ------------------------------------------------------------------------------
