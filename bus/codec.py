@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import reprlib
+import weakref
 from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -20,6 +21,7 @@ from parley.bus.messages import KINDS, MESSAGE_ADAPTER, WIRE_VERSION, ImagePart,
 CONTENT_TYPE = "application/vnd.parley+json"
 BATCH_CONTENT_TYPE = "application/vnd.parley.batch+json"
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+_BY_REFERENCE = {"images": "ref"}  # serialisation context: images by sha256 only
 
 
 class CodecError(ValueError):
@@ -56,17 +58,77 @@ class MissingImage(CodecError):
     reason = "missing_image"
 
 
+class _Sent(weakref.ref[BaseModel]):
+    """A published message (weakly: its entry goes with it) and its payload."""
+
+    __slots__ = ("by_reference", "key", "payload")
+    key: int
+    payload: bytes
+    by_reference: bool  # encoded with images by reference
+
+
+# The payloads :func:`encode` made with ``remember=True`` (a transport publishing), by the id
+# of their message, while the message lives: an episode's transcript encodes the same events
+# again when the episode ends (images by reference, which is the same JSON when there are
+# none), and takes these instead. Messages are immutable once published (docs/bus.md).
+_sent: dict[int, _Sent] = {}
+# A message whose JSON has this holds an image: its two encodings differ. (Inside a JSON string
+# the quotes are escaped; a ``data`` dict with this very pair only costs the reuse.)
+_IMAGE = b'"type":"image"'
+
+
+def _forget(ref: weakref.ref[BaseModel]) -> None:
+    key = ref.key  # type: ignore[attr-defined]  # a _Sent
+    if _sent.get(key) is ref:
+        del _sent[key]
+
+
+def sent_by_reference(message: BaseModel) -> bytes | None:
+    """What :func:`encode` with ``inline_images=False`` would return for ``message``, if a
+    transport encoded it with ``remember=True`` and it lives yet (None otherwise): an episode's
+    transcript encodes its events again at the end, and may take these."""
+    kept = _sent.get(id(message)) if _sent else None
+    if kept is None or kept() is not message:
+        return None
+    if kept.by_reference or _IMAGE not in kept.payload:
+        return kept.payload
+    return None
+
+
 def encode(
     message: BaseModel,
     *,
     inline_images: bool = True,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    remember: bool = False,
 ) -> bytes:
-    """Serialise a message; with ``inline_images=False`` image bytes are left out."""
+    """Serialise a message; with ``inline_images=False`` image bytes are left out.
+
+    ``remember=True`` (a transport sending ``message``): keep the payload while the message
+    lives, for a later ``inline_images=False`` encoding of the same message (its transcript
+    line, :func:`sent_by_reference`), which then costs nothing. Published messages must not
+    change (docs/bus.md)."""
+    if not inline_images and _sent:
+        payload = sent_by_reference(message)
+        if payload is not None:
+            if len(payload) > max_bytes:
+                raise PayloadTooLarge(
+                    f"encoded message is {len(payload)} bytes; the limit is {max_bytes}"
+                )
+            return payload
+    # The model's serializer itself: ``model_dump_json`` passes it every keyword and turns its
+    # bytes into a str, which were then turned back into bytes (a tenth of an encoding).
+    serializer = type(message).__pydantic_serializer__
     if inline_images:
-        payload = message.model_dump_json().encode()
+        payload = serializer.to_json(message)
     else:
-        payload = message.model_dump_json(context={"images": "ref"}).encode()
+        payload = serializer.to_json(message, context=_BY_REFERENCE)
+    if remember:
+        kept = _Sent(message, _forget)
+        kept.key = id(message)
+        kept.payload = payload
+        kept.by_reference = not inline_images
+        _sent[kept.key] = kept
     if len(payload) > max_bytes:
         raise PayloadTooLarge(f"encoded message is {len(payload)} bytes; the limit is {max_bytes}")
     return payload

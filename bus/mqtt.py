@@ -155,6 +155,7 @@ class _Connection:
     identifiers_available: bool = True
     paused: bool = False
     acked: Callable[[int, int], None] = field(default=lambda mid, reason: None)
+    acked_all: Callable[[list[tuple[int, int]]], None] = field(default=lambda taken: None)
 
     @property
     def paho(self) -> paho_mqtt.Client:
@@ -289,6 +290,7 @@ class MqttBus(Bus):
         self._space_waiters: deque[asyncio.Future[None]] = deque()
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._pump_scheduled = False
+        self._write_scheduled = False
         self._unyielded = 0
         # (topic, message id) for plain subscriptions, (topic, message id, shared filter) for
         # each shared one: the broker sends one copy per subscription, all to be delivered.
@@ -315,6 +317,12 @@ class MqttBus(Bus):
         self._batches: dict[str, _Batch] = {}  # open batches, oldest first
         self._batch_flush: asyncio.Handle | None = None
         self._batchable: dict[str, bool] = {}  # topic -> not excluded (bounded memo)
+        # The excluded filters with the number of levels a topic needs to match them (0: any,
+        # a filter ending in #): an episode's topics are new, and most cannot match any.
+        self._exclude_levels = [
+            (f, 0 if f.endswith("#") else f.count("/") + 1) for f in self.batch_exclude
+        ]
+        self._topic_names: dict[str, bytes] = {}  # topic -> its UTF-8 name, length first
         self._ssl_context: ssl.SSLContext | None = None
 
     # -- construction ---------------------------------------------------------------------------
@@ -514,7 +522,12 @@ class MqttBus(Bus):
             self.stats.published += 1
             await self.deliver_local(topic, message)  # shared groups here too: no broker deals
             return
-        payload = encode(message, inline_images=self.inline_images, max_bytes=self.max_bytes)
+        payload = encode(
+            message,
+            inline_images=self.inline_images,
+            max_bytes=self.max_bytes,
+            remember=not retain,  # a retained one is a state, never in a transcript
+        )
         if self.protocol != ProtocolVersion.V5 or retain:
             # No no_local (MQTT 3), or a retained message the broker hands back to a later
             # subscription of ours: recognise it by id (local subscribers have it already).
@@ -558,8 +571,11 @@ class MqttBus(Bus):
         if known is None:
             if len(self._batchable) > 4096:
                 self._batchable.clear()
+            levels = topic.count("/") + 1
             known = self._batchable[topic] = not any(
-                topics.matches(f, topic) for f in self.batch_exclude
+                topics.matches(f, topic)
+                for f, needs in self._exclude_levels
+                if needs == 0 or needs == levels
             )
         return known
 
@@ -599,12 +615,14 @@ class MqttBus(Bus):
         if self._batch_flush is not None:
             self._batch_flush.cancel()
             self._batch_flush = None
-        if not self._batches:
-            return
-        batches, self._batches = self._batches, {}
-        for topic, batch in batches.items():
-            self._queue_batch(topic, batch)
-        self._pump()
+        if self._batches:
+            batches, self._batches = self._batches, {}
+            for topic, batch in batches.items():
+                self._queue_batch(topic, batch)
+            self._pump()
+        # The end of a pass already: what the pass queued goes now (a write deferred to this
+        # flush, _write_when_due, waits for it even when no batch is left).
+        self._write_queued()
 
     def _queue_batch(self, topic: str, batch: _Batch) -> None:
         # Into the pending table whatever the window: the publishers waited for room before
@@ -684,26 +702,28 @@ class MqttBus(Bus):
     def _pump(self) -> None:
         """Send unsent messages, in order, while the window has room."""
         conn = self._conn
-        if conn is None:
+        unsent = self._unsent
+        if conn is None or not unsent:
             return
         paho = conn.paho
-        v5 = self.protocol == ProtocolVersion.V5
-        while self._unsent and self._inflight < self._window:
-            seq = self._unsent[0]
-            entry = self._pending.get(seq)
+        pending = self._pending
+        no_properties = b"\x00" if self.protocol == ProtocolVersion.V5 else None
+        while unsent and self._inflight < self._window:
+            seq = unsent[0]
+            entry = pending.get(seq)
             if entry is None:
-                self._unsent.popleft()
+                unsent.popleft()
                 continue
             if entry.qos == 1:
                 # The packet made here, not by paho's publish (mqtt_adapter says why).
                 mid = mqtt_adapter.next_mid(paho)
-                if entry.properties is not None:
-                    props: bytes | None = entry.properties.pack()
-                else:
-                    props = b"\x00" if v5 else None
-                packet = _publish_packet(entry.topic, entry.payload, mid, props, entry.retain)
-                if not mqtt_adapter.queue_packet(paho, packet, mid, 1):
+                props = entry.properties.pack() if entry.properties is not None else no_properties
+                packet = _publish_packet(
+                    self._topic_name(entry.topic), entry.payload, mid, props, entry.retain
+                )
+                if not mqtt_adapter.queue_packet(paho, packet, mid, 1, register=False):
                     return  # the connection is going down: the next one sends it
+                self._write_soon()
             else:
                 info = paho.publish(
                     entry.topic, entry.payload, entry.qos, entry.retain, properties=entry.properties
@@ -711,16 +731,47 @@ class MqttBus(Bus):
                 if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
                     return  # the connection is going down: the next one sends it
                 mid = info.mid
-            self._unsent.popleft()
+            unsent.popleft()
             if entry.sent:
                 self.stats.resent += 1
             entry.sent = True
             if entry.qos == 0:
-                del self._pending[seq]
+                del pending[seq]
                 self._freed(entry.count)
             else:
                 conn.mids[mid] = seq
                 self._inflight += 1
+
+    def _topic_name(self, topic: str) -> bytes:
+        """``topic`` as a PUBLISH names it (UTF-8, its length first); an episode's few topics
+        are published on several times, so each is encoded once (bounded memo)."""
+        name = self._topic_names.get(topic)
+        if name is None:
+            if len(self._topic_names) >= 4096:
+                self._topic_names.clear()
+            raw = topic.encode()
+            name = self._topic_names[topic] = len(raw).to_bytes(2, "big") + raw
+        return name
+
+    def _write_soon(self) -> None:
+        """Have paho write what is queued once the event loop has run what is ready now: the
+        packets of one pass in one ``send()``, without asking the selector for writability
+        (two ``epoll_ctl`` calls and a wakeup a pass)."""
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            asyncio.get_running_loop().call_soon(self._write_when_due)
+
+    def _write_when_due(self) -> None:
+        if self._batch_flush is not None and self.batch_window == 0:
+            return  # the batches of this pass go later in it, and that write takes all
+        self._write_queued()
+
+    def _write_queued(self) -> None:
+        if self._write_scheduled:
+            self._write_scheduled = False
+            conn = self._conn
+            if conn is not None:
+                self._socket_writable(conn)
 
     def _schedule_pump(self) -> None:
         if not self._pump_scheduled:
@@ -733,9 +784,10 @@ class MqttBus(Bus):
 
     def _freed(self, count: int) -> None:
         self._held -= count
-        for _ in range(count):
-            self._wake_publisher()
-        if not self._pending:
+        if self._space_waiters:
+            for _ in range(count):
+                self._wake_publisher()
+        if not self._pending and self._drain_waiters:
             for waiter in self._drain_waiters:
                 if not waiter.done():
                     waiter.set_result(None)
@@ -765,7 +817,30 @@ class MqttBus(Bus):
             self.stats.rejected += entry.count
             log.warning("the broker refused a message on %s: %s", entry.topic, reason_code)
         self._freed(entry.count if entry is not None else 0)
-        self._schedule_pump()
+        if self._unsent:
+            self._schedule_pump()
+
+    def _acked_all(self, conn: _Connection, taken: list[tuple[int, int]]) -> None:
+        """:meth:`_acked` for the PUBACKs of one read (``(mid, reason)``), in one go."""
+        mids, pending = conn.mids, self._pending
+        current = conn is self._conn
+        freed = 0
+        for mid, reason in taken:
+            seq = mids.pop(mid, None)
+            if seq is None:
+                continue
+            if current:
+                self._inflight -= 1
+            entry = pending.pop(seq, None)
+            if entry is None:
+                continue
+            if reason >= 0x80:
+                self.stats.rejected += entry.count
+                log.warning("the broker refused a message on %s: %s", entry.topic, _reason(reason))
+            freed += entry.count
+        self._freed(freed)
+        if self._unsent:
+            self._schedule_pump()
 
     # -- subscriptions --------------------------------------------------------------------------
 
@@ -977,8 +1052,10 @@ class MqttBus(Bus):
         paho = conn.paho
         try:
             while True:
-                if conn.mids:
-                    mqtt_adapter.take_pubacks(paho, conn.mids.__contains__, conn.acked)
+                if conn.mids and mqtt_adapter.take_pubacks(
+                    paho, conn.mids.__contains__, conn.acked_all
+                ):
+                    break  # all it held were PUBACKs (plain TCP: no TLS bytes pending)
                 mqtt_adapter.loop_read(paho, len(conn.mids))
                 sock = paho.socket()
                 if sock is not None and hasattr(sock, "pending") and sock.pending() > 0:
@@ -1140,6 +1217,7 @@ class MqttBus(Bus):
         paho.on_message = lambda c, u, m: self._on_paho_message(conn, c, u, m)
         paho.on_publish = lambda c, u, mid, rc, p: self._on_puback(conn, c, u, mid, rc, p)
         conn.acked = lambda mid, reason: self._acked(conn, mid, reason >= 0x80, reason)
+        conn.acked_all = lambda taken: self._acked_all(conn, taken)
         mqtt_adapter.route_pubacks(paho, conn.mids.__contains__, conn.acked)
         # aiomqtt's handler, chained (mqtt_adapter checks that aiomqtt sets one).
         aiomqtt_on_connect: Callable[..., None] = paho.on_connect  # type: ignore[assignment]
@@ -1258,27 +1336,26 @@ def _remove(unregister: Callable[[int], bool], sock: Any) -> None:
 
 
 def _publish_packet(
-    topic: str, payload: bytes, mid: int, properties: bytes | None, retain: bool
+    name: bytes, payload: bytes, mid: int, properties: bytes | None, retain: bool
 ) -> bytes:
-    """A QoS 1 PUBLISH packet; ``properties`` packed with their length (MQTT 5) or None."""
-    name = topic.encode()
-    remaining = 4 + len(name) + len(payload) + (len(properties) if properties is not None else 0)
-    header = bytearray((0x32 | (1 if retain else 0),))  # PUBLISH, QoS 1
-    while True:  # the remaining length, 7 bits a byte
-        byte, remaining = remaining & 0x7F, remaining >> 7
-        header.append(byte | 0x80 if remaining else byte)
-        if not remaining:
-            break
-    return b"".join(
-        (
-            header,
-            len(name).to_bytes(2, "big"),
-            name,
-            mid.to_bytes(2, "big"),
-            properties or b"",
-            payload,
-        )
-    )
+    """A QoS 1 PUBLISH packet: ``name`` the topic with its length (:meth:`MqttBus._topic_name`),
+    ``properties`` packed with their length (MQTT 5) or None."""
+    remaining = 2 + len(name) + len(payload) + (len(properties) if properties is not None else 0)
+    first = 0x33 if retain else 0x32  # PUBLISH, QoS 1
+    # The remaining length, 7 bits a byte: one or two bytes for nearly every message.
+    if remaining < 0x80:
+        header = bytes((first, remaining))
+    elif remaining < 0x4000:
+        header = bytes((first, remaining & 0x7F | 0x80, remaining >> 7))
+    else:
+        varint = bytearray((first,))
+        while True:
+            byte, remaining = remaining & 0x7F, remaining >> 7
+            varint.append(byte | 0x80 if remaining else byte)
+            if not remaining:
+                break
+        header = bytes(varint)
+    return b"".join((header, name, mid.to_bytes(2, "big"), properties or b"", payload))
 
 
 def _reason(code: int) -> ReasonCode:

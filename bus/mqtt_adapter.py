@@ -89,8 +89,14 @@ def stop_housekeeping(client: aiomqtt.Client) -> None:
 
 def next_mid(paho: paho_mqtt.Client) -> int:
     """A packet identifier from paho's counter, so it never clashes with paho's own packets
-    (SUBSCRIBE, UNSUBSCRIBE) on the connection."""
-    return paho._mid_generate()
+    (SUBSCRIBE, UNSUBSCRIBE) on the connection. paho's ``_mid_generate`` does the same under a
+    lock, as dear as the rest of it: every caller of either (the transport, and paho's
+    subscribe and unsubscribe as aiomqtt calls them) runs on the event loop's thread."""
+    mid = paho._last_mid + 1
+    if mid == 65536:
+        mid = 1
+    paho._last_mid = mid
+    return mid
 
 
 # Packets queued one after another join one entry of paho's queue up to this size, so paho
@@ -99,10 +105,14 @@ def next_mid(paho: paho_mqtt.Client) -> int:
 JOIN_BYTES = 64 * 1024
 
 
-def queue_packet(paho: paho_mqtt.Client, packet: bytes, mid: int, qos: int) -> bool:
+def queue_packet(
+    paho: paho_mqtt.Client, packet: bytes, mid: int, qos: int, *, register: bool = True
+) -> bool:
     """Queue a ready PUBLISH packet (QoS 1 or 2: paho touches a QoS 0 packet's message info
     once written) for paho to write; False when the connection has no socket. It joins the
-    queue's last entry when that is one of these and has room."""
+    queue's last entry when that is one of these and has room. ``register=False``: the caller
+    calls ``paho.loop_write()`` itself soon (no wait for the socket's writability: a socket
+    with room in its buffer is writable, and paho asks for writability if it is not)."""
     if paho._sock is None:
         return False
     queue = paho._out_packet
@@ -123,7 +133,8 @@ def queue_packet(paho: paho_mqtt.Client, packet: bytes, mid: int, qos: int) -> b
         "parley": True,
     }
     queue.append(entry)
-    paho._call_socket_register_write()
+    if register:
+        paho._call_socket_register_write()
     return True
 
 
@@ -165,24 +176,33 @@ def loop_read(paho: paho_mqtt.Client, also: int) -> int:
     return paho_mqtt.MQTT_ERR_SUCCESS
 
 
+_PEEK = 65536
+
+
 def take_pubacks(
-    paho: paho_mqtt.Client, owns: Callable[[int], bool], acked: Callable[[int, int], None]
-) -> None:
+    paho: paho_mqtt.Client,
+    owns: Callable[[int], bool],
+    acked: Callable[[list[tuple[int, int]]], None],
+) -> bool:
     """Read the plain PUBACKs (a packet identifier ``owns`` claims, then a success-class reason
     or none) at the head of what the socket holds, in one read, before paho reads the rest
-    packet by packet (three ``recv`` calls and a parse each). Only between packets, and only on
-    a plain TCP socket (a TLS socket cannot be peeked at); anything else is left to paho."""
+    packet by packet (three ``recv`` calls and a parse each), and hand them to ``acked`` in one
+    list of ``(mid, reason)``. Only between packets, and only on a plain TCP socket (a TLS
+    socket cannot be peeked at); anything else is left to paho.
+
+    True when it took all the socket held (nothing for paho to read now: a ``recv`` that
+    would only say so is saved; the socket's readiness reports what arrives later)."""
     sock = paho._sock
     if (
         not isinstance(sock, socket.socket)
         or isinstance(sock, ssl.SSLSocket)
         or paho._in_packet["command"] != 0
     ):
-        return
+        return False
     try:
-        data = sock.recv(65536, socket.MSG_PEEK)
+        data = sock.recv(_PEEK, socket.MSG_PEEK)
     except OSError:
-        return  # nothing there, or a broken socket that paho's read reports
+        return False  # nothing there, or a broken socket that paho's read reports
     taken: list[tuple[int, int]] = []
     i, end = 0, len(data)
     while i + 4 <= end and data[i] == 0x40:
@@ -204,15 +224,15 @@ def take_pubacks(
         taken.append((mid, reason))
         i += 2 + size
     if not taken:
-        return
+        return False
     got = 0
     while got < i:  # the bytes are there (peeked): take exactly them
         chunk = sock.recv(i - got)
         if not chunk:
-            return
+            return False
         got += len(chunk)
-    for mid, reason in taken:
-        acked(mid, reason)
+    acked(taken)
+    return i == end < _PEEK
 
 
 def raw_topic(message: paho_mqtt.MQTTMessage) -> bytes:
@@ -236,6 +256,8 @@ def problems(client: Any) -> list[str]:
                 found.append(f"paho Client.{name} (callback) is missing")
         if not callable(getattr(paho, "on_connect", None)):
             found.append("aiomqtt no longer sets paho's on_connect (the transport chains it)")
+        if not isinstance(getattr(paho, "_last_mid", None), int):
+            found.append("paho Client._last_mid (the packet identifier counter) is missing")
         for name in (
             "_mid_generate",
             "_call_socket_register_write",
