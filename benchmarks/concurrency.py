@@ -123,11 +123,20 @@ class Monitor:
         self.server_lag: dict[str, Any] = {}
         self.broker_pid = broker_pid
         self._stop = False
+        self._processes: list[psutil.Process] = []
+        self._listed = -1e9
 
     def _runtime_processes(self) -> list[psutil.Process]:
-        others = (self.server.pid, self.broker_pid)
-        children = [c for c in self.me.children(recursive=True) if c.pid not in others]
-        return [self.me, *children]
+        # Listing children reads every process of the machine (/proc): this process is the
+        # run's parent, whose CPU is measured, so the list is made again every few seconds
+        # only (a worker taking over for one that died is seen then).
+        now = time.monotonic()
+        if now - self._listed > 3.0:
+            others = (self.server.pid, self.broker_pid)
+            children = [c for c in self.me.children(recursive=True) if c.pid not in others]
+            self._processes = [self.me, *children]
+            self._listed = now
+        return self._processes
 
     def measure_processes(self) -> None:
         rss = 0
@@ -144,16 +153,18 @@ class Monitor:
         async with aiohttp.ClientSession() as session:
             tick = 0
             while not self._stop:
-                async with session.get(f"{self.server_url}/sim/stats") as response:
+                # The counters alone (the server's lag summary is read once, at the end).
+                async with session.get(f"{self.server_url}/sim/stats?brief=1") as response:
                     stats = await response.json()
                 in_flight = int(stats.get("in_flight", 0))
-                self.server_lag = stats.get("loop_lag") or {}
                 done = int(stats.get("requests", 0)) - in_flight
                 self.samples.append((time.monotonic(), done, in_flight))
                 if tick % 3 == 0:  # the processes' memory and CPU less often: it costs
                     self.measure_processes()
                 tick += 1
                 await asyncio.sleep(0.1)  # often enough to time the ramp
+            async with session.get(f"{self.server_url}/sim/stats") as response:
+                self.server_lag = (await response.json()).get("loop_lag") or {}
 
     def stop(self) -> None:
         self._stop = True
