@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import shutil
 import sys
@@ -60,16 +61,33 @@ def config(
     }
 
 
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user and system) of another process so far, from /proc (0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError, TypeError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def measure(
-    episodes: int, concurrency: int, variant: str, bus: str | None, tracing: bool, state: bool
+    episodes: int,
+    concurrency: int,
+    variant: str,
+    bus: str | None,
+    tracing: bool,
+    state: bool,
+    broker_pid: int | None = None,
 ) -> dict:
     out = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     try:
         cfg = load_config(config(episodes, concurrency, variant, tracing, state))
+        broker_cpu = process_cpu(broker_pid)
         start, cpu = time.perf_counter(), time.process_time()
         outcome = await run_experiment(cfg, out / "run", bus_url=bus)
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu
+        broker_cpu = process_cpu(broker_pid) - broker_cpu
         turns = sum(r["turns"] for r in outcome.records)
         ok = sum(r["outcome"] == "success" for r in outcome.records)
         return {
@@ -81,6 +99,8 @@ async def measure(
             # This process's CPU (the broker's not included): steadier than turns/s on a
             # machine shared with other work.
             "cpu_us_per_turn": round(1e6 * cpu / max(1, turns), 1),
+            # Mosquitto's CPU (clock ticks: coarse over a short run).
+            "broker_cpu_us_per_turn": round(1e6 * broker_cpu / max(1, turns), 1),
             "episodes_per_s": round(len(outcome.records) / elapsed, 1),
         }
     finally:
@@ -119,16 +139,26 @@ async def main() -> None:
     rows: list[dict] = []
     broker = None
     buses: list[tuple[str, str | None]] = [("local", None)]
+    broker_pid = None
     if not args.no_mqtt and find_mosquitto():
         broker = start_mosquitto()
         buses.append(("mosquitto", broker.url))
+        broker_pid = broker.process.pid if broker.process is not None else None
     try:
         for bus_name, url in buses:
             for concurrency in (int(c) for c in args.concurrency.split(",")):
                 for variant in args.variant.split(","):
                     for tracing in both[args.tracing]:
                         for state in both[args.state]:
-                            result = await measure(n, concurrency, variant, url, tracing, state)
+                            result = await measure(
+                                n,
+                                concurrency,
+                                variant,
+                                url,
+                                tracing,
+                                state,
+                                broker_pid if url else None,
+                            )
                             rows.append(
                                 {
                                     "bus": bus_name,
@@ -159,6 +189,7 @@ async def main() -> None:
         "turns/s",
         "episodes/s",
         "CPU µs/turn",
+        "broker CPU µs/turn",
         "mosquitto/local",
     ):
         table.add_column(col, justify="right")
@@ -184,6 +215,7 @@ async def main() -> None:
             f"{r['turns_per_s']:,.0f}",
             f"{r['episodes_per_s']:,.0f}",
             f"{r['cpu_us_per_turn']:,.0f}",
+            f"{r['broker_cpu_us_per_turn']:,.0f}" if r["bus"] != "local" else "",
             f"{r['vs_local_turns']:.2f} (CPU {r['vs_local_cpu']:.2f})"
             if "vs_local_turns" in r
             else "",
