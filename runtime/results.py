@@ -24,7 +24,7 @@ from typing import IO, Any
 
 import yaml
 
-from parley.bus.codec import DEFAULT_MAX_BYTES, PayloadTooLarge
+from parley.bus.codec import DEFAULT_MAX_BYTES, PayloadTooLarge, encode
 from parley.bus.messages import Message, PromptMessage, TurnResponse
 from parley.bus.signing import KEY_FILE, RunKey, SigningError
 from parley.event_loop import Pacer
@@ -407,21 +407,22 @@ def encode_transcript(messages: Sequence[Message]) -> bytes:
     encoded: dict[int, bytes] = {}  # id of a prompt message -> its JSON (alive all along)
     lines: list[bytes] = []
     for message in messages:
-        # The serializer itself: the model's wrapper and a str round trip cost a microsecond
-        # a message, and a long episode has thousands.
-        to_json = message.__pydantic_serializer__.to_json
         prompt = message.prompt if isinstance(message, TurnResponse) else None
         if not prompt:
-            line = to_json(message, context=_BY_REFERENCE)
-        else:
-            parts: list[bytes] = []
-            for item in prompt:
-                done = encoded.get(id(item))
-                if done is None:
-                    done = encoded[id(item)] = _PROMPT_MESSAGE.to_json(item, context=_BY_REFERENCE)
-                parts.append(done)
-            rest = to_json(message, exclude=_PROMPT, context=_BY_REFERENCE)
-            line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))
+            # What a transport sent to the broker is reused (codec.sent_by_reference).
+            lines.append(encode(message, inline_images=False))
+            continue
+        parts: list[bytes] = []
+        for item in prompt:
+            done = encoded.get(id(item))
+            if done is None:
+                done = encoded[id(item)] = _PROMPT_MESSAGE.to_json(item, context=_BY_REFERENCE)
+            parts.append(done)
+        # The serializer itself: the model's wrapper and a str round trip cost a microsecond.
+        rest = message.__pydantic_serializer__.to_json(
+            message, exclude=_PROMPT, context=_BY_REFERENCE
+        )
+        line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))
         if len(line) > DEFAULT_MAX_BYTES:
             raise PayloadTooLarge(
                 f"encoded message is {len(line)} bytes; the limit is {DEFAULT_MAX_BYTES}"
