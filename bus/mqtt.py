@@ -290,7 +290,6 @@ class MqttBus(Bus):
         self._space_waiters: deque[asyncio.Future[None]] = deque()
         self._drain_waiters: list[asyncio.Future[None]] = []
         self._pump_scheduled = False
-        self._write_scheduled = False
         self._unyielded = 0
         # (topic, message id) for plain subscriptions, (topic, message id, shared filter) for
         # each shared one: the broker sends one copy per subscription, all to be delivered.
@@ -620,9 +619,6 @@ class MqttBus(Bus):
             for topic, batch in batches.items():
                 self._queue_batch(topic, batch)
             self._pump()
-        # The end of a pass already: what the pass queued goes now (a write deferred to this
-        # flush, _write_when_due, waits for it even when no batch is left).
-        self._write_queued()
 
     def _queue_batch(self, topic: str, batch: _Batch) -> None:
         # Into the pending table whatever the window: the publishers waited for room before
@@ -721,9 +717,8 @@ class MqttBus(Bus):
                 packet = _publish_packet(
                     self._topic_name(entry.topic), entry.payload, mid, props, entry.retain
                 )
-                if not mqtt_adapter.queue_packet(paho, packet, mid, 1, register=False):
+                if not mqtt_adapter.queue_packet(paho, packet, mid, 1):
                     return  # the connection is going down: the next one sends it
-                self._write_soon()
             else:
                 info = paho.publish(
                     entry.topic, entry.payload, entry.qos, entry.retain, properties=entry.properties
@@ -752,26 +747,6 @@ class MqttBus(Bus):
             raw = topic.encode()
             name = self._topic_names[topic] = len(raw).to_bytes(2, "big") + raw
         return name
-
-    def _write_soon(self) -> None:
-        """Have paho write what is queued once the event loop has run what is ready now: the
-        packets of one pass in one ``send()``, without asking the selector for writability
-        (two ``epoll_ctl`` calls and a wakeup a pass)."""
-        if not self._write_scheduled:
-            self._write_scheduled = True
-            asyncio.get_running_loop().call_soon(self._write_when_due)
-
-    def _write_when_due(self) -> None:
-        if self._batch_flush is not None and self.batch_window == 0:
-            return  # the batches of this pass go later in it, and that write takes all
-        self._write_queued()
-
-    def _write_queued(self) -> None:
-        if self._write_scheduled:
-            self._write_scheduled = False
-            conn = self._conn
-            if conn is not None:
-                self._socket_writable(conn)
 
     def _schedule_pump(self) -> None:
         if not self._pump_scheduled:

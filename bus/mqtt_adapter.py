@@ -105,14 +105,10 @@ def next_mid(paho: paho_mqtt.Client) -> int:
 JOIN_BYTES = 64 * 1024
 
 
-def queue_packet(
-    paho: paho_mqtt.Client, packet: bytes, mid: int, qos: int, *, register: bool = True
-) -> bool:
+def queue_packet(paho: paho_mqtt.Client, packet: bytes, mid: int, qos: int) -> bool:
     """Queue a ready PUBLISH packet (QoS 1 or 2: paho touches a QoS 0 packet's message info
     once written) for paho to write; False when the connection has no socket. It joins the
-    queue's last entry when that is one of these and has room. ``register=False``: the caller
-    calls ``paho.loop_write()`` itself soon (no wait for the socket's writability: a socket
-    with room in its buffer is writable, and paho asks for writability if it is not)."""
+    queue's last entry when that is one of these and has room."""
     if paho._sock is None:
         return False
     queue = paho._out_packet
@@ -133,8 +129,7 @@ def queue_packet(
         "parley": True,
     }
     queue.append(entry)
-    if register:
-        paho._call_socket_register_write()
+    paho._call_socket_register_write()
     return True
 
 

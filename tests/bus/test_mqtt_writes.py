@@ -1,6 +1,6 @@
-"""How the MQTT transport writes and encodes, against a real Mosquitto: the packets of one pass
-of the event loop go out together, in order per topic, whatever mix of batched and retained
-messages queued them; and a payload sent is reused for the message's transcript line."""
+"""How the MQTT transport writes and encodes, against a real Mosquitto: what one pass of the
+event loop publishes goes out, in order per topic, whatever mix of batched and retained
+messages it is; and a payload sent is reused for the message's transcript line."""
 
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ async def drained(bus: object, timeout: float = 15.0) -> None:
 async def test_a_pass_of_batched_and_retained_messages_all_go_out(
     mqtt_broker: MqttBroker,
 ) -> None:
-    # A retained message takes its topic's open batch with it; when that was the pass's only
-    # batch, the write that waits for the end of the pass must still happen.
+    # A retained message takes its topic's open batch with it, and the batches left go at the
+    # end of the pass: each topic's messages arrive in the order they were published.
     topic = topics.state(RUN, "mixed")
     other = topics.events(RUN, "mixed")
     async with mqtt_broker.bus() as receiver, mqtt_broker.bus() as sender:
@@ -74,7 +74,7 @@ async def test_a_retained_message_that_takes_the_only_batch_with_it_is_written(
         await sender.publish(first, state(0), retain=True)  # queued: a write is due
         await sender.publish(topic, event(1))  # opens the pass's only batch
         await sender.publish(topic, state(2), retain=True)  # sends it, and itself, at once
-        await drained(sender, timeout=5.0)  # nothing else is published: no later write helps
+        await drained(sender, timeout=5.0)  # nothing else is published to push it out
         assert numbers(await take(sub, 2)) == [1, 2]
 
 
