@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,72 @@ class Progress:
     def turns_per_s(self) -> float:
         elapsed = time.monotonic() - self.started
         return self.turns / elapsed if elapsed > 0 else 0.0
+
+
+class StartPacer:
+    """Episodes start a few per pass of the event loop, in the order they asked.
+
+    An episode's start is a millisecond or so of synchronous work (its actors, its first turn).
+    A run's episodes move in step, a reply's latency apart: hundreds end in one pass of the
+    loop (their last replies came in together), and each slot starts its next episode in that
+    same pass, so every reply and timer waits for all of those starts. Through :meth:`turn`,
+    a few start in one pass and the others wait for the next passes, each after what else is
+    ready by then (replies of the episodes in flight). How many: ``first`` at first, twice as
+    many after a pass shorter than ``short_s``, half as many (at least one) after one longer
+    than ``long_s``, at most ``most``: an idle loop starts a backlog at once, a busy one a
+    few a pass. (``clock``: what times the passes.)
+    """
+
+    def __init__(
+        self,
+        first: int = 4,
+        most: int = 64,
+        short_s: float = 0.005,
+        long_s: float = 0.020,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self.per_pass = first
+        self.most = most
+        self.short_s = short_s
+        self.long_s = long_s
+        self.clock = clock
+        self._waiting: deque[asyncio.Future[None]] = deque()
+        self._task: asyncio.Task[None] | None = None
+
+    async def turn(self) -> None:
+        """Return when it is this caller's turn to start an episode."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        self._waiting.append(future)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._release(), name="episode-starts")
+        await future
+
+    async def _release(self) -> None:
+        last = self.clock()
+        while self._waiting:
+            released = 0
+            while self._waiting and released < self.per_pass:
+                future = self._waiting.popleft()
+                if not future.done():  # (a caller cancelled while it waited)
+                    future.set_result(None)
+                    released += 1
+            # The released callers run in the next pass, and this after them: it sees how
+            # long that pass took (their starts and all else) before it releases more.
+            await asyncio.sleep(0)
+            now = self.clock()
+            if now - last < self.short_s:
+                self.per_pass = min(self.most, 2 * self.per_pass)
+            elif now - last > self.long_s:
+                self.per_pass = max(1, self.per_pass // 2)
+            last = now
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
 
 
 class Scheduler:
@@ -183,6 +250,7 @@ class Scheduler:
         )
         queue = iter(units)
         recording: set[asyncio.Task[None]] = set()
+        starts = StartPacer()
 
         async def next_unit() -> list[EpisodeSpec] | None:
             unit = next(queue, None)
@@ -199,6 +267,7 @@ class Scheduler:
                 for spec in unit:
                     if self.paused:
                         await self._unpaused.wait()
+                    await starts.turn()
                     if self.stopping:
                         return
                     if self.gate is None:
@@ -222,11 +291,11 @@ class Scheduler:
                 for n in range(min(self.concurrency, slots)):
                     tg.start_soon(worker)
                     if n % 16 == 15:
-                        # Let the started episodes get going: 2,000 starting in one loop
-                        # iteration would stall everything else for most of a second (an
-                        # episode's start takes a millisecond or two).
+                        # Let the started slots line up for their turns (StartPacer) as they
+                        # come: 2,000 made in one loop iteration take tens of milliseconds.
                         await anyio.sleep(0)
         finally:
+            await starts.close()
             if listener is not None:
                 listener.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
