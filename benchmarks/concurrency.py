@@ -126,6 +126,9 @@ class Monitor:
         self._stop = False
         self._processes: list[psutil.Process] = []
         self._listed = -1e9
+        # (time, requests done, CPU seconds of the runtime's processes, of the server) as the
+        # run goes: the CPU per request of its middle, without the workers' start or the tail.
+        self.cpu_samples: list[tuple[float, int, float, float]] = []
 
     def _runtime_processes(self) -> list[psutil.Process]:
         # Listing children reads every process of the machine (/proc): this process is the
@@ -162,6 +165,10 @@ class Monitor:
                 self.samples.append((time.monotonic(), done, in_flight))
                 if tick % 3 == 0:  # the processes' memory and CPU less often: it costs
                     self.measure_processes()
+                    with contextlib.suppress(psutil.Error):
+                        server = sum(self.server.cpu_times()[:2])
+                        runtime = sum(self.cpu.values())
+                        self.cpu_samples.append((time.monotonic(), done, runtime, server))
                 tick += 1
                 await asyncio.sleep(0.1)  # often enough to time the ramp
             async with session.get(f"{self.server_url}/sim/stats") as response:
@@ -287,6 +294,26 @@ class RemoteWorkers:
         self.broker.close()
 
 
+def mid_run_cpu(
+    samples: list[tuple[float, int, int]],
+    cpu_samples: list[tuple[float, int, float, float]],
+    target: int,
+) -> tuple[float, float] | None:
+    """CPU milliseconds per request of the runtime and of the server while at least half the
+    target was in flight (from the first such sample to the last): a figure that leaves out
+    what a run's start costs (the workers' imports, when the model check was quicker) and its
+    tail, which the whole run's figure holds in a share that depends on the machine's load."""
+    busy = [t for t, _, out in samples if out >= 0.5 * target]
+    if not busy:
+        return None
+    inside = [c for c in cpu_samples if busy[0] <= c[0] <= busy[-1]]
+    if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
+        return None
+    (_, done0, run0, server0), (_, done1, run1, server1) = inside[0], inside[-1]
+    requests = done1 - done0
+    return 1000 * (run1 - run0) / requests, 1000 * (server1 - server0) / requests
+
+
 def steady(samples: list[tuple[float, int, int]], target: int) -> tuple[float, float, float]:
     """(requests/s, mean outstanding, seconds) over the samples with at least 90 % of the
     target in flight (the ramp-up and the tail left out)."""
@@ -394,6 +421,7 @@ async def bench(
     cpu_runtime = sum(monitor.cpu.values()) - sum(cpu0.values())
     cpu_server = sum(server.cpu_times()[:2]) - server_cpu0
     rate, outstanding, seconds = steady(monitor.samples, args.concurrency)
+    mid = mid_run_cpu(monitor.samples, monitor.cpu_samples, args.concurrency)
     # The ramp: from the run's start (run_experiment called) to its first request, and to 90 %
     # of the target in flight (issue 20: all in flight within about a second). 90 %, as for the
     # steady window: between an episode's turns its next request is not out yet.
@@ -435,6 +463,9 @@ async def bench(
         "peak_rss_mb": round(monitor.peak_rss / 2**20, 1),
         "server_peak_rss_mb": round(monitor.server_peak_rss / 2**20, 1),
         "runtime_cpu_s_per_request_ms": round(1000 * cpu_runtime / max(1, total_ok), 3),
+        "mid_run_cpu_ms_per_request": (
+            {"runtime": round(mid[0], 3), "server": round(mid[1], 3)} if mid else None
+        ),
         "runtime_cpu_share": round(cpu_runtime / wall, 2),
         "status_publishes": status.published,
         "status_cpu_ms_per_s": round(1000 * status.cpu_s / wall, 3),
@@ -593,6 +624,11 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
             f"{result['runtime_cpu_share']} / {result['server_cpu_share']} cores",
         ),
         ("runtime CPU per request", f"{result['runtime_cpu_s_per_request_ms']} ms"),
+        (
+            "CPU per request mid-run: runtime / server",
+            " / ".join(f"{v} ms" for v in (result["mid_run_cpu_ms_per_request"] or {}).values())
+            or "(never half the target in flight)",
+        ),
         (
             "run status (main): CPU per second / per publish",
             f"{result['status_cpu_ms_per_s']} / {result['status_cpu_ms_per_publish']} ms",
