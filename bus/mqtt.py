@@ -527,22 +527,29 @@ class MqttBus(Bus):
             max_bytes=self.max_bytes,
             remember=not retain,  # a retained one is a state, never in a transcript
         )
-        if self.protocol != ProtocolVersion.V5 or retain:
+        v5 = self.protocol == ProtocolVersion.V5
+        if not v5 or retain:
             # No no_local (MQTT 3), or a retained message the broker hands back to a later
             # subscription of ours: recognise it by id (local subscribers have it already).
             self._remember((topic, message.id), own=True)
-        properties = self._properties(message)
+        properties = (
+            self._plain_properties
+            if v5 and message.traceparent is None and self._plain_properties is not None
+            else self._properties(message)
+        )
+        # Waiting for room happens only with the window full (or the bus not started yet):
+        # otherwise nothing here awaits, and the message is queued in place.
         if qos == 1 and not retain and self.batch and self._may_batch(topic):
-            self._ensure_started()
-            while self._held >= self.max_inflight:
-                await self._wait_for_space()
-                if self.closed:
-                    raise BusClosed("bus is closed")
+            if self._runner is None or self._held >= self.max_inflight:
+                await self._wait_for_room()
             self._held += 1
             self._add_to_batch(topic, payload, properties)
         else:
-            self._flush_batch(topic)  # what waits on this topic goes first: order per topic
-            await self._send(_Outgoing(topic, payload, qos, properties, retain))
+            if self._batches:
+                self._flush_batch(topic)  # what waits on this topic goes first: order per topic
+            if self._runner is None or self._held >= self.max_inflight:
+                await self._wait_for_room()
+            self._queue(_Outgoing(topic, payload, qos, properties, retain))
         self.stats.published += 1
         # Not to this process's shared subscriptions: the broker deals the message to one
         # member of each group, maybe one of ours, and sends it back for that one.
@@ -648,11 +655,20 @@ class MqttBus(Bus):
 
     async def _send(self, outgoing: _Outgoing) -> None:
         """Queue ``outgoing`` in the pending table (in order) and send what the window allows."""
+        await self._wait_for_room()
+        self._queue(outgoing)
+
+    async def _wait_for_room(self) -> None:
+        """Start the bus if needed, and wait while ``max_inflight`` messages are held."""
         self._ensure_started()
         while self._held >= self.max_inflight:
             await self._wait_for_space()
             if self.closed:
                 raise BusClosed("bus is closed")
+
+    def _queue(self, outgoing: _Outgoing) -> None:
+        """Put ``outgoing`` in the pending table (in order; room was made) and send what the
+        window allows."""
         self._held += 1
         self._seq += 1
         self._pending[self._seq] = outgoing
