@@ -551,10 +551,15 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            # Bytes no request asked for (on an idle connection, after a whole response): its
+            # framing cannot be trusted, so it is not used again.
+            self.close()
+            return
         self._got_bytes = True
         self._buffer += data
-        if self._waiter is not None:
-            self._parse()
+        self._parse()
 
     def eof_received(self) -> bool:
         self._eof = True
@@ -640,6 +645,8 @@ class _Connection(asyncio.Protocol):
         if body is _UNTIL_CLOSE:
             keep_alive = False
             body = bytes(buffer[at:])
+        elif len(buffer) > at + len(body) and "content-length" in headers:
+            keep_alive = False  # more than the response: not used again (see data_received)
         try:
             body = _decoded(body, headers.get("content-encoding"))
         except ValueError as exc:

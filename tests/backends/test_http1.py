@@ -180,3 +180,11 @@ def test_only_plain_http_without_credentials_or_odd_headers() -> None:
     assert not _Http1.fits(yarl.URL("https://api.openai.com/v1/chat/completions"), {})
     assert not _Http1.fits(yarl.URL("http://u:p@127.0.0.1:8000/v1"), {})
     assert not _Http1.fits(url, {"X-Bad": "a\r\nInjected: 1"})
+
+
+async def test_a_connection_with_bytes_beyond_its_response_is_not_reused() -> None:
+    server = Scripted(lambda n: ok() + b"HTTP/1.1 200 OK\r\n" if n == 0 else ok())
+    async with server as http:
+        for _ in range(2):
+            assert (await http.post(b"{}")).body == REPLY
+    assert server.connections == 2
