@@ -470,13 +470,11 @@ class DirectTransport:
         self, body: dict[str, Any], stream: bool, headers: dict[str, str] | None = None
     ) -> Reply:
         if self.http1 is not None and not stream:
-            response = await self.http1.post(_dumps(body), headers)
-            if response.status >= 400:
-                text = response.body.decode("utf-8", "replace").strip()
-                raise status_failure(
-                    response.status, response.headers, f"HTTP {response.status}: {text[:300]}"
-                )
-            return _parsed(self.backend.parse, response.body)
+            got = await self.http1.post(_dumps(body), headers)
+            if got.status >= 400:
+                text = got.body.decode("utf-8", "replace").strip()
+                raise status_failure(got.status, got.headers, f"HTTP {got.status}: {text[:300]}")
+            return _parsed(self.backend.parse, got.body)
         start = time.monotonic()
         async with self.session.post(self.target, data=_dumps(body), headers=headers) as response:
             if response.status >= 400:
