@@ -20,6 +20,7 @@ import importlib
 import json
 import os
 import random
+import socket
 import sys
 import time
 import zlib
@@ -510,6 +511,8 @@ class DirectTransport:
 
 # Idle keep-alive connections older than this are closed rather than reused (aiohttp's default).
 KEEPALIVE_S = 15.0
+# A host name's addresses are looked up again after this long (aiohttp's ttl_dns_cache).
+DNS_TTL_S = 10.0
 _MAX_HEAD = 64 * 1024  # a response's status line and headers, at most
 # Request headers this client writes itself.
 _OWN_HEADERS = frozenset(
@@ -763,6 +766,10 @@ class _Http1:
         self._head = "\r\n".join(lines).encode("latin-1")
         self._idle: deque[_Connection] = deque()
         self._open: set[_Connection] = set()
+        # The host's addresses, looked up once for every connection made meanwhile (a ramp
+        # opens a thousand at once), and when.
+        self._addresses: asyncio.Future[list[tuple[Any, ...]]] | None = None
+        self._looked_up = 0.0
 
     @staticmethod
     def fits(target: yarl.URL, headers: Mapping[str, str]) -> bool:
@@ -791,11 +798,37 @@ class _Http1:
             if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
                 return conn
             self._drop(conn)
-        loop = asyncio.get_running_loop()
         async with asyncio.timeout(self.connect_s):
-            _, conn = await loop.create_connection(_Connection, self.host, self.port)
+            conn = await self._connect()
         self._open.add(conn)
         return conn
+
+    async def _connect(self) -> _Connection:
+        """A new connection to the first of the host's addresses that takes one."""
+        loop = asyncio.get_running_loop()
+        if self._addresses is None or time.monotonic() - self._looked_up > DNS_TTL_S:
+            self._looked_up = time.monotonic()
+            self._addresses = asyncio.ensure_future(
+                loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
+            )
+        lookup = self._addresses
+        try:
+            # Shielded: one caller's deadline does not end the lookup the others wait for.
+            addresses = await asyncio.shield(lookup)
+        except OSError:
+            if self._addresses is lookup:
+                self._addresses = None  # a failed lookup is not kept: the next one tries again
+            raise
+        error: OSError | None = None
+        for family, _, proto, _, address in addresses:
+            try:
+                _, conn = await loop.create_connection(
+                    _Connection, address[0], address[1], family=family, proto=proto
+                )
+                return conn
+            except OSError as exc:
+                error = exc
+        raise error or OSError(f"no address for {self.host}")
 
     def _drop(self, conn: _Connection) -> None:
         conn.close()

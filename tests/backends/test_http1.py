@@ -188,3 +188,34 @@ async def test_a_connection_with_bytes_beyond_its_response_is_not_reused() -> No
         for _ in range(2):
             assert (await http.post(b"{}")).body == REPLY
     assert server.connections == 2
+
+
+async def test_connections_made_together_share_one_address_lookup() -> None:
+    server = Scripted(lambda n: ok())
+    async with server as http:
+        loop = asyncio.get_running_loop()
+        lookups: list[tuple[object, ...]] = []
+        real = loop.getaddrinfo
+
+        async def counted(*args: object, **kwargs: object) -> object:
+            lookups.append(args)
+            return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+        loop.getaddrinfo = counted  # type: ignore[method-assign]
+        try:
+            await asyncio.gather(*(http.post(b"{}") for _ in range(5)))
+        finally:
+            del loop.getaddrinfo
+    assert server.connections == 5
+    assert len(lookups) == 1
+
+
+async def test_a_host_that_refuses_is_a_connection_failure() -> None:
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    http = _Http1(yarl.URL(f"http://127.0.0.1:{port}/v1/chat/completions"), {}, 5.0)
+    with pytest.raises(OSError) as caught:
+        await http.post(b"{}")
+    assert classify(caught.value).kind == "connection"
