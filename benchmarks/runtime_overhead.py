@@ -16,12 +16,18 @@ benchmarks/results/runtime_overhead.json.
     # MQTT against the local bus, scripted wire at 100 in flight (docs/performance.md):
     python benchmarks/runtime_overhead.py --concurrency 100 --variant text --tracing off \
         --state on --episodes 2000 --no-memory
+    # The same by instructions, steady on a busy machine: each run's counts in a dump of its own
+    # (cg.out.2 local, cg.out.4 Mosquitto; --marks calls os.getppid() around every run)
+    valgrind --tool=callgrind --dump-before=os_getppid --callgrind-out-file=cg.out \
+        python benchmarks/runtime_overhead.py --concurrency 100 --variant text --tracing off \
+        --state on --episodes 300 --no-memory --marks
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import platform
@@ -82,6 +88,10 @@ async def measure(
     out = Path(tempfile.mkdtemp(prefix="parley-bench-"))
     try:
         cfg = load_config(config(episodes, concurrency, variant, tracing, state))
+        # A run freezes what exists when it starts and turns automatic collection off
+        # (parley.event_loop.responsive_gc): the garbage of the runs before would stay in this
+        # one's heap, and the later runs of a process measured slower. Each starts collected.
+        gc.collect()
         broker_cpu = process_cpu(broker_pid)
         start, cpu = time.perf_counter(), time.process_time()
         outcome = await run_experiment(cfg, out / "run", bus_url=bus)
@@ -134,6 +144,18 @@ async def main() -> None:
     )
     parser.add_argument("--variant", default="text,image", help="text, image or both")
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=100,
+        help="episodes played first on each bus, untimed (0: none); without them the first run "
+        "on a bus also pays the process's first imports and caches",
+    )
+    parser.add_argument(
+        "--marks",
+        action="store_true",
+        help="call os.getppid() before and after each run (valgrind --dump-before=os_getppid)",
+    )
     args = parser.parse_args()
     n = args.episodes
     rows: list[dict] = []
@@ -145,11 +167,17 @@ async def main() -> None:
         buses.append(("mosquitto", broker.url))
         broker_pid = broker.process.pid if broker.process is not None else None
     try:
+        if args.warmup > 0:
+            first = int(args.concurrency.split(",")[0])
+            for _, url in buses:
+                await measure(args.warmup, first, args.variant.split(",")[0], url, False, True)
         for bus_name, url in buses:
             for concurrency in (int(c) for c in args.concurrency.split(",")):
                 for variant in args.variant.split(","):
                     for tracing in both[args.tracing]:
                         for state in both[args.state]:
+                            if args.marks:
+                                os.getppid()
                             result = await measure(
                                 n,
                                 concurrency,
@@ -159,6 +187,8 @@ async def main() -> None:
                                 state,
                                 broker_pid if url else None,
                             )
+                            if args.marks:
+                                os.getppid()
                             rows.append(
                                 {
                                     "bus": bus_name,
