@@ -54,7 +54,10 @@ class Progress:
     model_tokens: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Outcome counts by game and pairing (:func:`parley.runtime.status.pairing_key`).
     pairings: dict[str, dict[str, int]] = field(default_factory=dict)
-    # Called after each count (the run's fail_on_error check, runtime/scheduler.py).
+    # Outcome counts of the episodes that ended, as they end (before their records are on
+    # disk, where a process plays them; else as counted): what fail_on_error judges.
+    ended: dict[str, int] = field(default_factory=dict)
+    # Called after each end (the run's fail_on_error check, runtime/scheduler.py).
     watch: Callable[[Progress], None] | None = None
 
     def count(
@@ -63,9 +66,12 @@ class Progress:
         turns: int,
         tokens: dict[str, tuple[int, int]] | None = None,
         pairing: str | None = None,
+        *,
+        ended: bool = False,
     ) -> None:
         """A finished episode, once it is on disk (``tokens``: see :func:`model_tokens`;
-        ``pairing``: its :func:`~parley.runtime.status.pairing_key`)."""
+        ``pairing``: its :func:`~parley.runtime.status.pairing_key`; ``ended``: :meth:`end`
+        was called for it already)."""
         self.done += 1
         self.turns += turns
         for model, (used_in, used_out) in (tokens or {}).items():
@@ -77,6 +83,12 @@ class Progress:
             counts[outcome] = counts.get(outcome, 0) + 1
         if outcome == "error":
             self.failed += 1
+        if not ended:
+            self.end(outcome)
+
+    def end(self, outcome: str) -> None:
+        """An episode ended with ``outcome`` (its record may not be on disk yet)."""
+        self.ended[outcome] = self.ended.get(outcome, 0) + 1
         if self.watch is not None:
             self.watch(self)
 
@@ -279,6 +291,8 @@ class Scheduler:
                             result = await self._play(spec, parent)
                     if result.memories and not self._remember(result):
                         return
+                    # Judged as it ends: instant errors must not outrun their records' fsync.
+                    self.progress.end(result.outcome)
                     # The slot is free once the episode ends; it counts once it is on disk.
                     task = asyncio.create_task(self._record(result))
                     recording.add(task)
@@ -386,6 +400,7 @@ class Scheduler:
             result.turns,
             model_tokens(result.spec.players, result.tokens),
             pairing_key(result.spec.game, result.spec.pairing),
+            ended=True,
         )
         if self.on_result is not None:
             self.on_result(result)
@@ -490,8 +505,8 @@ def error_watch(
     why in ``stopped`` (cancelled episodes are not counted: they are played again)."""
 
     def watch(progress: Progress) -> None:
-        ended = sum(n for outcome, n in progress.outcomes.items() if outcome in FINISHED)
-        errors = progress.outcomes.get("error", 0)
+        ended = sum(n for outcome, n in progress.ended.items() if outcome in FINISHED)
+        errors = progress.ended.get("error", 0)
         if stopped or ended < FAIL_MIN_FINISHED or errors <= threshold * ended:
             return
         stopped.append(
