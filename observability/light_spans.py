@@ -25,20 +25,50 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.propagation import _SPAN_KEY as _SPAN_KEY_OF_API
 from opentelemetry.util import types
 
 _attach = otel_context.attach
 _detach = otel_context.detach
+# The API's attach and detach, without their two calls' worth of indirection, where the
+# runtime context is the SDK's usual contextvar (it is unless OTEL_PYTHON_CONTEXT says other).
+_runtime = otel_context._RUNTIME_CONTEXT
+_context_var: Any = (
+    _runtime._current_context if isinstance(_runtime, ContextVarsRuntimeContext) else None
+)
+_SPAN_KEY = _SPAN_KEY_OF_API
+_INVALID_SPAN = trace.INVALID_SPAN
+
+
+def current_span(context: Any = None) -> trace.Span:
+    """``trace.get_current_span``, read straight from the context (the API goes through three
+    calls to get there; the bus and every span ask on every message)."""
+    if context is None:
+        if _context_var is None:
+            return _get_current_span()
+        context = _context_var.get()
+    span = context.get(_SPAN_KEY)
+    if type(span) is LightSpan:  # isinstance against the Span ABC costs more than the rest
+        return span
+    return span if span is not None and isinstance(span, trace.Span) else _INVALID_SPAN
+
+
 _in_context = trace.set_span_in_context
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
 _get_current_span = trace.get_current_span
 _time_ns = time.time_ns
+_UNSET = Status(StatusCode.UNSET)  # shared: a Status is never changed, only replaced
+_new_span = object.__new__
+_new_context = tuple.__new__
+_DEFAULT_STATE = trace.DEFAULT_TRACE_STATE
 
 
 def _clean(attributes: types.Attributes) -> dict[str, Any]:
@@ -51,7 +81,21 @@ def _clean(attributes: types.Attributes) -> dict[str, Any]:
 
 
 class LightSpan(ReadableSpan, trace.Span):
-    """A recording span that is its own readable (exported) form."""
+    """A recording span that is its own readable (exported) form.
+
+    What most spans never change is a class attribute (no events, links or status, not ended):
+    a span's own fields are set in one go (:meth:`LightTracer.start_span` fills its
+    ``__dict__``), a third of what ``ReadableSpan.__init__`` would set and copy.
+    """
+
+    _instrumentation_info = None
+    _end_time: int | None = None
+    _events: Sequence[Event] = ()  # a list from the first event on
+    _links: tuple[Link, ...] = ()
+    _status = _UNSET
+    _record_exception = True
+    _set_status_on_exception = True
+    _traceparent: str | None = None
 
     def __init__(
         self,
@@ -72,20 +116,18 @@ class LightSpan(ReadableSpan, trace.Span):
         self._name = name
         self._context = context
         self._kind = kind
-        self._instrumentation_info = None
         self._instrumentation_scope = scope
         self._parent = parent
         self._start_time = start_time
-        self._end_time: int | None = None
         self._attributes = attributes
-        self._events: list[Event] = []
-        self._links = tuple(links) if links else ()
         self._resource = resource
-        self._status = Status(StatusCode.UNSET)
         self._processors = processors
-        self._record_exception = record_exception
-        self._set_status_on_exception = set_status_on_exception
-        self._traceparent: str | None = None
+        if links:
+            self._links = tuple(links)
+        if not record_exception:
+            self._record_exception = False
+        if not set_status_on_exception:
+            self._set_status_on_exception = False
 
     def traceparent(self) -> str:
         """This span's W3C traceparent (made once: every message it sends carries it)."""
@@ -134,7 +176,11 @@ class LightSpan(ReadableSpan, trace.Span):
         timestamp: int | None = None,
     ) -> None:
         if self._end_time is None:
-            self._events.append(Event(name, _clean(attributes), timestamp or _time_ns()))
+            event = Event(name, _clean(attributes), timestamp or _time_ns())
+            if self._events:
+                self._events.append(event)  # type: ignore[attr-defined]
+            else:
+                self._events = [event]
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         if self._end_time is None and context.is_valid:
@@ -212,14 +258,42 @@ class LightTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        parent = _get_current_span(context).get_span_context()
+        span = self.start_child(
+            name,
+            current_span(context).get_span_context(),
+            kind,
+            attributes,
+            links,
+            start_time,
+            context,
+        )
+        if type(span) is LightSpan:
+            if not record_exception:
+                span._record_exception = False
+            if not set_status_on_exception:
+                span._set_status_on_exception = False
+        return span
+
+    def start_child(
+        self,
+        name: str,
+        parent: SpanContext,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: types.Attributes = None,
+        links: Sequence[Link] | None = (),
+        start_time: int | None = None,
+        context: Any = None,
+    ) -> trace.Span:
+        """A span under ``parent`` (a span context: the bus's spans have one at hand, parsed
+        from a traceparent), without building an OpenTelemetry context to carry it;
+        ``context`` only goes to the sampler."""
         bits = self._fast_bits
-        if parent.is_valid:
-            if not parent.trace_flags.sampled:
+        if parent[5]:  # is_valid
+            if not parent[3] & 1:  # not sampled
                 return trace.NonRecordingSpan(
-                    SpanContext(parent.trace_id, bits(64) or 1, False, _NOT_SAMPLED)
+                    SpanContext(parent[0], bits(64) or 1, False, _NOT_SAMPLED)
                 )
-            trace_id = parent.trace_id
+            trace_id = parent[0]
             parent_context: SpanContext | None = parent
         else:
             trace_id = bits(128) or 1
@@ -232,20 +306,24 @@ class LightTracer(trace.Tracer):
                     return trace.NonRecordingSpan(
                         SpanContext(trace_id, bits(64) or 1, False, _NOT_SAMPLED)
                     )
-        span = LightSpan(
-            name,
-            SpanContext(trace_id, bits(64) or 1, False, _SAMPLED),
-            parent_context,
-            self.resource,
-            _clean(attributes),
-            links or (),
-            kind,
-            self.scope,
-            self.processors,
-            record_exception,
-            set_status_on_exception,
-            start_time if start_time is not None else _time_ns(),
-        )
+        # The span and its context built directly: ids from getrandbits are in range, so
+        # SpanContext's checks (and LightSpan.__init__'s call) would only cost.
+        span = _new_span(LightSpan)
+        span.__dict__ = {
+            "_name": name,
+            "_context": _new_context(
+                SpanContext, (trace_id, bits(64) or 1, False, _SAMPLED, _DEFAULT_STATE, True)
+            ),
+            "_kind": kind,
+            "_instrumentation_scope": self.scope,
+            "_parent": parent_context,
+            "_start_time": start_time if start_time is not None else _time_ns(),
+            "_attributes": _clean(attributes),
+            "_resource": self.resource,
+            "_processors": self.processors,
+        }
+        if links:
+            span._links = tuple(links)
         return span
 
     def start_as_current_span(  # type: ignore[override]
@@ -283,11 +361,21 @@ class UseSpan:
         self.set_status = set_status
 
     def __enter__(self) -> trace.Span:
-        self.token = _attach(_in_context(self.span))
-        return self.span
+        span = self.span
+        if _context_var is None:
+            self.token = _attach(_in_context(span))
+        else:  # what set_span_in_context and attach do
+            self.token = _context_var.set(Context({**_context_var.get(), _SPAN_KEY: span}))
+        return span
 
     def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
-        _detach(self.token)
+        if _context_var is None:
+            _detach(self.token)
+        else:
+            try:
+                _context_var.reset(self.token)
+            except Exception:  # as the API's detach: logged, not raised
+                _detach(self.token)
         span = self.span
         if isinstance(exc, Exception) and span.is_recording():
             if self.record:

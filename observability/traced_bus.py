@@ -19,7 +19,7 @@ traceparent travels inside the message (and, over MQTT 5, as a user property).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Awaitable, Collection
 from typing import Any, Self
 
 from opentelemetry import trace
@@ -28,6 +28,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanKind
 from parley.bus.base import Bus, BusStats, Router, Subscription
 from parley.bus.messages import Message
 from parley.observability import tracing
+from parley.observability.light_spans import LightSpan, LightTracer, current_span
 
 DEFAULT_SPAN_KINDS = frozenset(
     {
@@ -106,7 +107,7 @@ class TracedBus(Bus):
     async def clear_retained(self, topic: str) -> None:
         await self.inner.clear_retained(topic)
 
-    async def publish(
+    def publish(  # type: ignore[override]
         self,
         topic: str,
         message: Message,
@@ -114,30 +115,47 @@ class TracedBus(Bus):
         qos: int = 1,
         local: bool = False,
         retain: bool = False,
-    ) -> None:
-        if not tracing.enabled():
-            await self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
-            return
-        current = trace.get_current_span()
-        if current.get_span_context().is_valid:
-            parent: trace.Span | None = current
+    ) -> Awaitable[None]:
+        """Stamp ``message`` and hand it on: inner's own publish (awaitable) is returned as it
+        is, so a traced message costs no coroutine of its own — but a publish span's, which
+        ends when the message is out."""
+        active = tracing.current()
+        if not active.enabled:
+            return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
+        spans = message.kind in self.span_kinds and active.message_spans
+        current = current_span()
+        parent = current.get_span_context()
+        if parent.is_valid:
+            if not spans:
+                traceparent = (
+                    current._traceparent or current.traceparent()
+                    if type(current) is LightSpan
+                    else tracing.inject(current)
+                )
+                if message.traceparent != traceparent:  # a pydantic assignment costs
+                    message.traceparent = traceparent
+                return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
         else:
-            remote = tracing.span_context(message.traceparent)
-            parent = NonRecordingSpan(remote) if remote is not None else None
-        if parent is None:
-            await self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
-            return
-        if message.kind not in self.span_kinds or not tracing.message_spans():
-            message.traceparent = tracing.inject(parent)
-            await self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
-            return
-        span = tracing.tracer().start_span(
-            f"publish {tracing.topic_template(topic)}",
-            context=trace.set_span_in_context(parent),
-            kind=SpanKind.PRODUCER,
-            attributes=tracing.messaging_attributes(topic, message, "publish", self.system),
-        )
+            # No span sends it: the message's own traceparent names its sender, and it
+            # goes as it came — with no span of its own, or under a publish span.
+            remote = tracing.span_context(message.traceparent) if spans else None
+            if remote is None:
+                return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
+            parent = remote
+        tracer = active.tracer
+        name = f"publish {tracing.topic_template(topic)}"
+        attributes = tracing.messaging_attributes(topic, message, "publish", self.system)
+        if type(tracer) is LightTracer:  # the parent as it is, without a context to carry it
+            span = tracer.start_child(name, parent, SpanKind.PRODUCER, attributes)
+        else:
+            context = trace.set_span_in_context(NonRecordingSpan(parent))
+            span = tracer.start_span(name, context, SpanKind.PRODUCER, attributes)
         message.traceparent = tracing.inject(span)
+        return self._publish_in(span, topic, message, qos, local, retain)
+
+    async def _publish_in(
+        self, span: trace.Span, topic: str, message: Message, qos: int, local: bool, retain: bool
+    ) -> None:
         # Not made current: nothing inside starts spans, and attaching a context costs.
         try:
             await self.inner.publish(topic, message, qos=qos, local=local, retain=retain)

@@ -53,7 +53,7 @@ from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from parley.observability.light_spans import LightSpan, LightTracer, UseSpan
+from parley.observability.light_spans import LightSpan, LightTracer, UseSpan, current_span
 from parley.observability.otlp_json import OtlpJsonSpanWriter
 
 if TYPE_CHECKING:
@@ -301,25 +301,39 @@ def span_context(traceparent: str | None) -> SpanContext | None:
     """The remote span context a traceparent names; None when absent or malformed."""
     if not traceparent:
         return None
+    # A span's traceparent comes back on every message it sent (a turn's request, its
+    # transcript events): parsed once.
+    found = _PARSED.get(traceparent, _MISSING)
+    if found is not _MISSING:
+        return found  # type: ignore[return-value]
     parts = traceparent.split("-")
+    ctx: SpanContext | None = None
     if (
-        len(parts) != 4
-        or parts[0] != "00"
-        or len(parts[1]) != 32
-        or len(parts[2]) != 16
-        or len(parts[3]) != 2
+        len(parts) == 4
+        and parts[0] == "00"
+        and len(parts[1]) == 32
+        and len(parts[2]) == 16
+        and len(parts[3]) == 2
     ):
-        return None
-    try:
-        ctx = SpanContext(
-            int(parts[1], 16),
-            int(parts[2], 16),
-            is_remote=True,
-            trace_flags=TraceFlags(int(parts[3], 16) & 0xFF),
-        )
-    except ValueError:
-        return None
-    return ctx if ctx.is_valid else None
+        try:
+            ctx = SpanContext(
+                int(parts[1], 16),
+                int(parts[2], 16),
+                is_remote=True,
+                trace_flags=TraceFlags(int(parts[3], 16) & 0xFF),
+            )
+        except ValueError:
+            ctx = None
+        if ctx is not None and not ctx.is_valid:
+            ctx = None
+    if len(_PARSED) >= 4096:
+        _PARSED.clear()
+    _PARSED[traceparent] = ctx
+    return ctx
+
+
+_PARSED: dict[str, SpanContext | None] = {}
+_MISSING = object()
 
 
 def extract(traceparent: str | None) -> Any:
@@ -339,22 +353,27 @@ def parent_context(traceparent: str | None) -> Any:
     whatever span happened to be current when the actor's task started (the episode's), so
     the hierarchy is episode → turn → invoke_agent on every transport.
     """
-    remote = extract(traceparent)
-    if remote is None:
+    if _active.get().message_spans and current_span().get_span_context().is_valid:
         return None
-    if _active.get().message_spans and trace.get_current_span().get_span_context().is_valid:
-        return None
-    return remote
+    return extract(traceparent)
 
 
 def topic_template(topic: str) -> str:
     """A topic with its run and episode levels as placeholders (span names stay few)."""
-    parts = topic.split("/")
-    if len(parts) >= 3 and parts[0] == "parley":
-        parts[1] = "{run}"
-        if len(parts) >= 4:
-            parts[2] = "{episode}"
-    return "/".join(parts)
+    found = _TEMPLATES.get(topic)
+    if found is None:
+        parts = topic.split("/")
+        if len(parts) >= 3 and parts[0] == "parley":
+            parts[1] = "{run}"
+            if len(parts) >= 4:
+                parts[2] = "{episode}"
+        if len(_TEMPLATES) >= 4096:
+            _TEMPLATES.clear()
+        found = _TEMPLATES[topic] = "/".join(parts)
+    return found
+
+
+_TEMPLATES: dict[str, str] = {}
 
 
 def messaging_attributes(topic: str, message: Any, operation: str, system: str) -> dict[str, Any]:
@@ -382,12 +401,14 @@ def consume(
     remote = span_context(getattr(message, "traceparent", None))
     if remote is None:
         return contextlib.nullcontext()
-    span = active.tracer.start_span(
-        f"receive {topic_template(topic)}",
-        context=trace.set_span_in_context(NonRecordingSpan(remote)),
-        kind=SpanKind.CONSUMER,
-        attributes=messaging_attributes(topic, message, "receive", system),
-    )
+    name = f"receive {topic_template(topic)}"
+    attributes = messaging_attributes(topic, message, "receive", system)
+    tracer = active.tracer
+    if type(tracer) is LightTracer:  # the parent as it is, without a context to carry it
+        span = tracer.start_child(name, remote, SpanKind.CONSUMER, attributes)
+    else:
+        context = trace.set_span_in_context(NonRecordingSpan(remote))
+        span = tracer.start_span(name, context, SpanKind.CONSUMER, attributes)
     # The handler's own spans (invoke_agent) record the exception; here the status says enough.
     return UseSpan(span, True, False, True)
 
@@ -441,11 +462,18 @@ def episode_content(record: dict[str, Any], transcript: Sequence[Any]) -> dict[s
     """An episode's record (``parley.record``, JSON) and transcript (``parley.transcript``,
     JSON Lines, images by sha256) as attributes of its span, for runs that record content:
     an exported trace set then holds what ``parley leaks`` and ``parley errors`` read
-    (:mod:`parley.observability.trace_runs`)."""
-    from parley.bus.codec import encode
+    (:mod:`parley.observability.trace_runs`).
+
+    The transcript is encoded as the run folder's (``encode_transcript``): the messages a
+    turn's prompt shares with the role's earlier prompts are encoded once, not once a turn."""
+    from parley.bus.codec import PayloadTooLarge, encode
+    from parley.runtime.results import encode_transcript
 
     kept = {k: v for k, v in record.items() if k != "transcript"}  # a byte range of the folder
-    lines = b"\n".join(encode(m, inline_images=False, max_bytes=2**62) for m in transcript)
+    try:
+        lines = encode_transcript(transcript).rstrip(b"\n")
+    except PayloadTooLarge:  # a span takes what the folder's size limit refuses
+        lines = b"\n".join(encode(m, inline_images=False, max_bytes=2**62) for m in transcript)
     return {
         "parley.record": orjson.dumps(kept, default=str).decode(),
         "parley.transcript": lines.decode("utf-8"),

@@ -39,7 +39,11 @@ _PARAMS = (
 def conversation_id() -> str | None:
     """The conversation (the episode) a model call belongs to: the ``gen_ai.conversation.id`` of
     the span it runs under (the agent's ``invoke_agent``), else the baggage's."""
-    attributes = getattr(trace.get_current_span(), "attributes", None)
+    span = trace.get_current_span()
+    # parley's lean spans hold their attributes as a dict (``attributes`` wraps a copy).
+    attributes = getattr(span, "_attributes", None)
+    if not isinstance(attributes, dict):
+        attributes = getattr(span, "attributes", None)
     found = attributes.get("gen_ai.conversation.id") if attributes else None
     if found is None:
         found = baggage.get_baggage("gen_ai.conversation.id")
@@ -159,6 +163,9 @@ def reply_attributes(reply: Any, content: bool, price: Any = None) -> dict[str, 
 def traceparent(span: Any) -> dict[str, str] | None:
     """The W3C ``traceparent`` header naming ``span`` (None for an invalid one), so a server
     that traces (vLLM with ``--otlp-traces-endpoint``) joins the run's trace."""
+    made = getattr(span, "traceparent", None)
+    if made is not None:  # parley's lean span: made once, for the messages it sends too
+        return {"traceparent": made()}
     ctx = span.get_span_context()
     if not ctx.is_valid:
         return None

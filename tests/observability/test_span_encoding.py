@@ -1,0 +1,192 @@
+"""The lean tracer's hot paths (issue 20, item 4) keep what they made: ``traces.jsonl`` in the
+same OTLP JSON (every attribute type, whatever the cached shape), spans that do not share
+their events or status, the bus's traceparents and parents, the parsed-traceparent cache."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+from pathlib import Path
+from typing import Any
+
+import orjson
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+
+from parley.bus.local import LocalBus
+from parley.bus.messages import TranscriptEvent, TurnRequest
+from parley.observability.light_spans import LightSpan, LightTracer, current_span
+from parley.observability.otlp_json import Encoder, OtlpJsonSpanWriter, any_value
+from parley.observability.traced_bus import TracedBus
+from parley.observability.tracing import Tracing, inject, read_spans, span_context
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.spans: list[Any] = []
+
+    def on_end(self, span: Any) -> None:
+        self.spans.append(span)
+
+
+class Level(enum.Enum):
+    HIGH = 2
+
+
+class Name(enum.StrEnum):
+    ALICE = "alice"
+
+
+def note(text: str) -> TranscriptEvent:
+    return TranscriptEvent(
+        run="r", episode="e", sender="gm", turn=1, event="note", from_role="gm", data={"t": text}
+    )
+
+
+def spans_of(line: bytes) -> list[dict[str, Any]]:
+    (group,) = json.loads(line)["resourceSpans"]
+    (scope,) = group["scopeSpans"]
+    return scope["spans"]
+
+
+def expected_attributes(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the OTLP JSON of ``attributes`` is, built the slow, obvious way (a NaN is null,
+    as orjson writes it)."""
+    out = []
+    for key, value in attributes.items():
+        if isinstance(value, int) and not isinstance(value, bool) and type(value) is int:
+            out.append({"key": key, "value": {"intValue": str(value)}})
+        else:
+            out.append({"key": key, "value": any_value(value)})
+    return out
+
+
+def test_every_attribute_type_encodes_as_otlp_json_whatever_the_shape() -> None:
+    sink = Sink()
+    tracer = LightTracer(Resource.create({"service.name": "t"}), [sink])
+    cases: list[dict[str, Any]] = [
+        {"s": "x", "i": 1, "f": 1.5, "b": True, "l": ["stop"], "t": (1, "a")},
+        {"s": 'q"uo\\te %s %b\n', "i": -(2**63), "f": 0.0, "b": False, "l": [], "t": ()},
+        # The same keys with other types: another shape, not the first one's template.
+        {"s": 7, "i": "seven", "f": True, "b": 2.5, "l": "no list", "t": [[1], [2]]},
+        {'%key"': "v%", "big": 2**70, "enum": Level.HIGH, "strenum": Name.ALICE},
+        {"bytes": b"raw", "nan": float("nan")},
+    ]
+    for attributes in cases:
+        tracer.start_span("case", attributes=attributes).end()
+    encoder = Encoder()
+    for _ in range(2):  # the second time through the cached shapes
+        for span, attributes in zip(spans_of(encoder.line(sink.spans)), cases, strict=True):
+            assert span["attributes"] == json.loads(orjson.dumps(expected_attributes(attributes)))
+    # A lone surrogate, which orjson refuses: the span is still written, escaped.
+    tracer.start_span("odd", attributes={"text": "a\ud800b", "n": 1}).end()
+    (odd,) = spans_of(encoder.line(sink.spans[-1:]))
+    assert odd["attributes"] == [
+        {"key": "text", "value": {"stringValue": "a\ud800b"}},
+        {"key": "n", "value": {"intValue": "1"}},
+    ]
+
+
+def test_lean_spans_keep_their_own_events_status_and_links() -> None:
+    sink = Sink()
+    tracer = LightTracer(Resource.create({}), [sink])
+    first, second = tracer.start_span("first"), tracer.start_span("second")
+    first.add_event("one", {"k": 1})
+    first.set_status(trace.StatusCode.ERROR, "bad")
+    first.add_link(second.get_span_context(), {"why": "test"})
+    assert second.events == () and second.links == ()  # type: ignore[attr-defined]
+    assert second.status.status_code is trace.StatusCode.UNSET  # type: ignore[attr-defined]
+    second.add_event("two")
+    assert [e.name for e in first.events] == ["one"]  # type: ignore[attr-defined]
+    assert [e.name for e in second.events] == ["two"]  # type: ignore[attr-defined]
+    first.end()
+    second.end()
+    encoded = {s["name"]: s for s in spans_of(Encoder().line(sink.spans))}
+    assert encoded["first"]["status"] == {"code": 2, "message": "bad"}
+    assert encoded["first"]["events"][0]["name"] == "one"
+    assert encoded["first"]["links"][0]["spanId"] == f"{second.get_span_context().span_id:016x}"
+    assert "status" not in encoded["second"] and encoded["second"]["events"][0]["name"] == "two"
+    # Ids in range, and a child under its parent, through the context as through start_child.
+    ctx = first.get_span_context()
+    assert 0 < ctx.trace_id < 2**128 and 0 < ctx.span_id < 2**64 and ctx.is_valid
+    with tracer.start_as_current_span("parent") as parent:
+        assert current_span() is parent
+        child = tracer.start_span("child")
+    assert child.parent == parent.get_span_context()  # type: ignore[attr-defined]
+    other = tracer.start_child("other", parent.get_span_context())  # type: ignore[attr-defined]
+    assert other.parent == parent.get_span_context()  # type: ignore[attr-defined]
+    assert not current_span().get_span_context().is_valid
+
+
+def test_a_span_from_the_sdk_and_a_lean_one_go_to_the_same_file(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    writer = OtlpJsonSpanWriter(tmp_path / "traces.jsonl")
+    provider = TracerProvider(resource=Resource.create({"service.name": "sdk"}))
+    provider.add_span_processor(writer)
+    with provider.get_tracer("other", "1.0").start_as_current_span("sdk", attributes={"a": [1]}):
+        pass
+    LightTracer(Resource.create({"service.name": "lean"}), [writer]).start_span("lean").end()
+    writer.shutdown()
+    spans = {s["name"]: s for s in read_spans(tmp_path)}
+    assert spans["sdk"]["attributes"] == {"a": [1]} and spans["sdk"]["scope"] == "other"
+    assert spans["sdk"]["resource"]["service.name"] == "sdk"
+    assert spans["lean"]["resource"]["service.name"] == "lean"
+
+
+def test_traceparents_parse_once_and_refuse_the_malformed() -> None:
+    good = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    ctx = span_context(good)
+    assert ctx is not None and ctx.trace_id == int("ab" * 16, 16) and ctx.trace_flags.sampled
+    assert span_context(good) is ctx  # the cached one
+    for bad in ("", None, "00-xyz", "01-" + "ab" * 16 + "-" + "cd" * 8 + "-01",
+                "00-" + "0" * 32 + "-" + "cd" * 8 + "-01", "00-" + "zz" * 16 + "-" + "cd" * 8 + "-01"):  # fmt: skip
+        assert span_context(bad) is None
+        assert span_context(bad) is None
+
+
+def test_the_traced_bus_stamps_and_parents_as_before(tmp_path: Path) -> None:
+    async def main() -> dict[str, Any]:
+        tracing = Tracing(tmp_path, metrics=False, messages=True)
+        tracing.activate()
+        bus = TracedBus(LocalBus())
+        sub = bus.subscribe("parley/r/e/#")
+        tracer = tracing.tracer
+        got: dict[str, Any] = {}
+        with tracer.start_as_current_span("turn") as turn:
+            event = note("hi")
+            await bus.publish("parley/r/e/transcript", event)
+            got["event"] = (event.traceparent, inject(turn))
+        request = TurnRequest(run="r", episode="e", sender="gm", turn=1, role="solver")
+        request.traceparent = inject(turn)
+        await bus.publish("parley/r/e/agent/solver", request)  # no current span: a publish
+        got["request"] = request.traceparent  # span under the traceparent it came with
+        plain = note("later")
+        plain.traceparent = inject(turn)
+        await bus.publish("parley/r/e/transcript", plain)  # no span: as it came
+        got["plain"] = plain.traceparent
+        untraced = note("none")
+        await bus.publish("parley/r/e/transcript", untraced)
+        got["untraced"] = untraced.traceparent
+        got["turn"] = turn.get_span_context()
+        got["delivered"] = [(await asyncio.wait_for(sub.get(), 1)).message for _ in range(4)]
+        await bus.close()
+        tracing.close()
+        return got
+
+    got = asyncio.run(main())
+    assert got["event"][0] == got["event"][1]
+    assert got["plain"] == got["event"][1] and got["untraced"] is None
+    spans = read_spans(tmp_path)
+    (publish,) = [s for s in spans if s["name"].startswith("publish ")]
+    assert publish["name"] == "publish parley/{run}/{episode}/agent/solver"
+    assert publish["parent_id"] == f"{got['turn'].span_id:016x}"
+    assert got["request"].split("-")[2] == publish["span_id"]
+    assert publish["attributes"]["messaging.destination.name"] == "parley/r/e/agent/solver"
+    assert all(isinstance(m, (TranscriptEvent, TurnRequest)) for m in got["delivered"])
+
+
+def test_light_span_is_what_the_writer_checks_for() -> None:
+    span = LightTracer(Resource.create({}), []).start_span("x")
+    assert type(span) is LightSpan and span.is_recording()
