@@ -16,7 +16,15 @@ from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from parley.bus.messages import KINDS, MESSAGE_ADAPTER, WIRE_VERSION, ImagePart, Message
+from parley.bus.messages import (
+    KINDS,
+    MESSAGE_ADAPTER,
+    WIRE_VERSION,
+    ImagePart,
+    Message,
+    PromptMessage,
+    TurnResponse,
+)
 
 CONTENT_TYPE = "application/vnd.parley+json"
 BATCH_CONTENT_TYPE = "application/vnd.parley.batch+json"
@@ -132,6 +140,49 @@ def encode(
     if len(payload) > max_bytes:
         raise PayloadTooLarge(f"encoded message is {len(payload)} bytes; the limit is {max_bytes}")
     return payload
+
+
+_PROMPT = {"prompt"}
+_PROMPT_MESSAGE = PromptMessage.__pydantic_serializer__
+
+
+def encode_transcript(messages: Sequence[Message]) -> bytes:
+    """An episode's transcript as JSON lines (a run folder's ``transcripts.jsonl``, a span's
+    ``parley.transcript``), images by reference, as :func:`encode` writes each message (and
+    with its size limit).
+
+    A turn's recorded prompt repeats the messages of the role's earlier prompts (its history,
+    the system text): the agent shares those message objects between its turns' records, and
+    each is encoded here once per episode rather than once per turn that shows it (a long
+    episode's prompts are otherwise encoded in time quadratic in its turns). Only the order of
+    keys differs from :func:`encode`: ``prompt`` comes last in a response's object.
+    """
+    encoded: dict[int, bytes] = {}  # id of a prompt message -> its JSON (alive all along)
+    lines: list[bytes] = []
+    for message in messages:
+        prompt = message.prompt if isinstance(message, TurnResponse) else None
+        if not prompt:
+            # What a transport sent to the broker is reused (:func:`sent_by_reference`).
+            lines.append(encode(message, inline_images=False))
+            continue
+        parts: list[bytes] = []
+        for item in prompt:
+            done = encoded.get(id(item))
+            if done is None:
+                done = encoded[id(item)] = _PROMPT_MESSAGE.to_json(item, context=_BY_REFERENCE)
+            parts.append(done)
+        # The serializer itself: the model's wrapper and a str round trip cost a microsecond.
+        rest = message.__pydantic_serializer__.to_json(
+            message, exclude=_PROMPT, context=_BY_REFERENCE
+        )
+        line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))
+        if len(line) > DEFAULT_MAX_BYTES:
+            raise PayloadTooLarge(
+                f"encoded message is {len(line)} bytes; the limit is {DEFAULT_MAX_BYTES}"
+            )
+        lines.append(line)
+    lines.append(b"")
+    return b"\n".join(lines)
 
 
 def decode(

@@ -466,8 +466,7 @@ def episode_content(record: dict[str, Any], transcript: Sequence[Any]) -> dict[s
 
     The transcript is encoded as the run folder's (``encode_transcript``): the messages a
     turn's prompt shares with the role's earlier prompts are encoded once, not once a turn."""
-    from parley.bus.codec import PayloadTooLarge, encode
-    from parley.runtime.results import encode_transcript
+    from parley.bus.codec import PayloadTooLarge, encode, encode_transcript
 
     kept = {k: v for k, v in record.items() if k != "transcript"}  # a byte range of the folder
     try:

@@ -17,15 +17,13 @@ import os
 import re
 import time
 import traceback
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
-from parley.bus.codec import DEFAULT_MAX_BYTES, PayloadTooLarge, encode
-from parley.bus.messages import Message, PromptMessage, TurnResponse
+from parley.bus.codec import encode_transcript
 from parley.bus.signing import KEY_FILE, RunKey, SigningError
 from parley.event_loop import Pacer
 from parley.observability import tracing
@@ -388,51 +386,6 @@ class EncodedResult:
         except Exception as exc:
             log.warning("episode %s could not be recorded as played: %s", result.spec.id, exc)
             return cls.of(unrecordable(result, exc), run)
-
-
-_BY_REFERENCE = {"images": "ref"}
-_PROMPT = {"prompt"}
-
-
-def encode_transcript(messages: Sequence[Message]) -> bytes:
-    """An episode's transcript as JSON lines, images by reference, as :func:`encode` writes
-    each message (and with its size limit).
-
-    A turn's recorded prompt repeats the messages of the role's earlier prompts (its history,
-    the system text): the agent shares those message objects between its turns' records, and
-    each is encoded here once per episode rather than once per turn that shows it (a long
-    episode's prompts are otherwise encoded in time quadratic in its turns). Only the order of
-    keys differs from :func:`encode`: ``prompt`` comes last in a response's object.
-    """
-    encoded: dict[int, bytes] = {}  # id of a prompt message -> its JSON (alive all along)
-    lines: list[bytes] = []
-    for message in messages:
-        prompt = message.prompt if isinstance(message, TurnResponse) else None
-        if not prompt:
-            # What a transport sent to the broker is reused (codec.sent_by_reference).
-            lines.append(encode(message, inline_images=False))
-            continue
-        parts: list[bytes] = []
-        for item in prompt:
-            done = encoded.get(id(item))
-            if done is None:
-                done = encoded[id(item)] = _PROMPT_MESSAGE.to_json(item, context=_BY_REFERENCE)
-            parts.append(done)
-        # The serializer itself: the model's wrapper and a str round trip cost a microsecond.
-        rest = message.__pydantic_serializer__.to_json(
-            message, exclude=_PROMPT, context=_BY_REFERENCE
-        )
-        line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))
-        if len(line) > DEFAULT_MAX_BYTES:
-            raise PayloadTooLarge(
-                f"encoded message is {len(line)} bytes; the limit is {DEFAULT_MAX_BYTES}"
-            )
-        lines.append(line)
-    lines.append(b"")
-    return b"\n".join(lines)
-
-
-_PROMPT_MESSAGE = PromptMessage.__pydantic_serializer__
 
 
 def unrecordable(result: EpisodeResult, exc: BaseException) -> EpisodeResult:

@@ -176,9 +176,8 @@ def test_a_transcript_encodes_shared_prompt_messages_once_and_reads_as_encoded_a
     message encoded on its own would be, image bytes left out, whatever the order of keys."""
     import base64
 
-    from parley.bus.codec import decode, encode
+    from parley.bus.codec import decode, encode, encode_transcript
     from parley.bus.messages import ImagePart, PromptMessage, TextPart, TranscriptEvent
-    from parley.runtime.results import encode_transcript
 
     picture = ImagePart.from_bytes(b"\x89PNG not really")
     system = PromptMessage(role="system", content=[TextPart(text="Count on.")])
