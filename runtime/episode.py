@@ -45,6 +45,7 @@ from parley.environments.base import (
 from parley.memory import HistoryPolicy, MemoryEntry
 from parley.memory.across import EpisodeMemory, EpisodeStore, render
 from parley.observability import tracing
+from parley.observability.light_spans import UseSpan
 from parley.records import RECORD_SCHEMA  # the record shape; readers upgrade older ones
 from parley.runtime.actor import Actor, ActorHost
 from parley.runtime.experiment import EpisodeSpec
@@ -367,7 +368,7 @@ class EpisodeRunner:
         self.result.started_at = time.time()
         span = self._episode_span
         # Current while the episode runs: what it publishes, and its actors' tasks, hang under it.
-        with trace.use_span(span, end_on_exit=False):
+        with UseSpan(span, end_on_exit=False, record=True, set_status=True):
             try:
                 await self._start()
                 if not self.done.done():
@@ -799,7 +800,8 @@ class EpisodeRunner:
             },
         )
         request.traceparent = tracing.inject(self._turn_span)
-        with trace.use_span(self._turn_span, end_on_exit=False):
+        # trace.use_span's behaviour without a generator-based context manager on every turn.
+        with UseSpan(self._turn_span, end_on_exit=False, record=True, set_status=True):
             await self._emit(inbox, request, local=local, retain=seat)
 
     async def on_response(self, response: TurnResponse) -> None:
