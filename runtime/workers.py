@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import orjson
 from opentelemetry import trace
 
 import parley.bus as bus_module
@@ -60,6 +59,7 @@ from parley.event_loop import LoopLagProbe, Pacer, responsive_gc
 from parley.observability import tracing as tracing_module
 from parley.observability.metrics import episode_summary
 from parley.observability.tracing import Tracing, span_context
+from parley.records import loads
 from parley.runtime.config import ConfigError, ExperimentConfig
 from parley.runtime.episode import EpisodeOptions, EpisodeResult
 from parley.runtime.experiment import EpisodeSpec, memory_chains
@@ -107,19 +107,12 @@ def pack_result(result: EncodedResult) -> bytes:
     return b"".join([_HEADER.pack(len(header)), header, result.transcript, *result.images.values()])
 
 
-def _loads(data: bytes) -> Any:
-    """JSON by orjson (a fraction of the CPU); by the standard library what orjson refuses
-    (NaN, integers over 64 bits), so that the parent gets the record the worker had."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data)
-
-
 def unpack_result(payload: bytes) -> EncodedResult:
     (size,) = _HEADER.unpack_from(payload)
     at = _HEADER.size + size
-    header = _loads(payload[_HEADER.size : at])
+    # orjson, and the standard library for what it refuses (NaN, integers over 64 bits), so
+    # that the parent gets the record the worker had.
+    header = loads(payload[_HEADER.size : at])
     transcript = payload[at : at + header["transcript"]]
     at += header["transcript"]
     images: dict[str, bytes] = {}

@@ -48,6 +48,7 @@ from parley.agents.backends import constrain
 from parley.agents.backends.batch_sim import SimBatchConfig, SimBatches
 from parley.agents.backends.spec import is_reasoning_name
 from parley.event_loop import LoopLagProbe, responsive_gc
+from parley.records import loads
 from parley.tokens import count_tokens
 
 IMAGE_TOKENS = 85  # what one image counts for in the reported usage
@@ -61,15 +62,6 @@ _reasoning = functools.lru_cache(maxsize=1024)(is_reasoning_name)
 def _id(prefix: str) -> str:
     """A response id as the real APIs make them: a prefix and 24 random hex digits."""
     return prefix + os.urandom(12).hex()
-
-
-def _loads(data: bytes) -> Any:
-    """A request body: orjson (a fraction of the CPU), the standard library for what it
-    refuses (NaN, huge integers), which raises ValueError for what is not JSON."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return json.loads(data.decode("utf-8"))
 
 
 def _json_response(data: Any) -> web.Response:
@@ -437,7 +429,7 @@ class SimServer:
             given = request.headers.get("x-api-key") or request.headers.get("Authorization", "")
             return _error(api, 401, "authentication_error", f"invalid API key {given}", {})
         try:
-            body = _loads(await request.read())
+            body = loads(await request.read())
             if not isinstance(body["messages"], list):
                 raise TypeError("messages is not a list")
             model = str(body.get("model", ""))
