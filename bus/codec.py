@@ -119,11 +119,7 @@ def encode(
     if not inline_images and _sent:
         payload = sent_by_reference(message)
         if payload is not None:
-            if len(payload) > max_bytes:
-                raise PayloadTooLarge(
-                    f"encoded message is {len(payload)} bytes; the limit is {max_bytes}"
-                )
-            return payload
+            return _within(payload, max_bytes)
     # The model's serializer itself: ``model_dump_json`` passes it every keyword and turns its
     # bytes into a str, which were then turned back into bytes (a tenth of an encoding).
     serializer = type(message).__pydantic_serializer__
@@ -137,6 +133,11 @@ def encode(
         kept.payload = payload
         kept.by_reference = not inline_images
         _sent[kept.key] = kept
+    return _within(payload, max_bytes)
+
+
+def _within(payload: bytes, max_bytes: int) -> bytes:
+    """``payload``, or :class:`PayloadTooLarge` when it is over ``max_bytes``."""
     if len(payload) > max_bytes:
         raise PayloadTooLarge(f"encoded message is {len(payload)} bytes; the limit is {max_bytes}")
     return payload
@@ -176,11 +177,7 @@ def encode_transcript(messages: Sequence[Message]) -> bytes:
             message, exclude=_PROMPT, context=_BY_REFERENCE
         )
         line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))
-        if len(line) > DEFAULT_MAX_BYTES:
-            raise PayloadTooLarge(
-                f"encoded message is {len(line)} bytes; the limit is {DEFAULT_MAX_BYTES}"
-            )
-        lines.append(line)
+        lines.append(_within(line, DEFAULT_MAX_BYTES))
     lines.append(b"")
     return b"\n".join(lines)
 
