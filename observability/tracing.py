@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import os
 import zlib
 from collections.abc import Sequence
@@ -301,39 +302,32 @@ def span_context(traceparent: str | None) -> SpanContext | None:
     """The remote span context a traceparent names; None when absent or malformed."""
     if not traceparent:
         return None
-    # A span's traceparent comes back on every message it sent (a turn's request, its
-    # transcript events): parsed once.
-    found = _PARSED.get(traceparent, _MISSING)
-    if found is not _MISSING:
-        return found  # type: ignore[return-value]
+    return _parsed(traceparent)
+
+
+# A span's traceparent comes back on every message it sent (a turn's request, its transcript
+# events): parsed once.
+@functools.lru_cache(maxsize=4096)
+def _parsed(traceparent: str) -> SpanContext | None:
     parts = traceparent.split("-")
-    ctx: SpanContext | None = None
-    if (
+    if not (
         len(parts) == 4
         and parts[0] == "00"
         and len(parts[1]) == 32
         and len(parts[2]) == 16
         and len(parts[3]) == 2
     ):
-        try:
-            ctx = SpanContext(
-                int(parts[1], 16),
-                int(parts[2], 16),
-                is_remote=True,
-                trace_flags=TraceFlags(int(parts[3], 16) & 0xFF),
-            )
-        except ValueError:
-            ctx = None
-        if ctx is not None and not ctx.is_valid:
-            ctx = None
-    if len(_PARSED) >= 4096:
-        _PARSED.clear()
-    _PARSED[traceparent] = ctx
-    return ctx
-
-
-_PARSED: dict[str, SpanContext | None] = {}
-_MISSING = object()
+        return None
+    try:
+        ctx = SpanContext(
+            int(parts[1], 16),
+            int(parts[2], 16),
+            is_remote=True,
+            trace_flags=TraceFlags(int(parts[3], 16) & 0xFF),
+        )
+    except ValueError:
+        return None
+    return ctx if ctx.is_valid else None
 
 
 def extract(traceparent: str | None) -> Any:
@@ -358,22 +352,15 @@ def parent_context(traceparent: str | None) -> Any:
     return extract(traceparent)
 
 
+@functools.lru_cache(maxsize=4096)
 def topic_template(topic: str) -> str:
     """A topic with its run and episode levels as placeholders (span names stay few)."""
-    found = _TEMPLATES.get(topic)
-    if found is None:
-        parts = topic.split("/")
-        if len(parts) >= 3 and parts[0] == "parley":
-            parts[1] = "{run}"
-            if len(parts) >= 4:
-                parts[2] = "{episode}"
-        if len(_TEMPLATES) >= 4096:
-            _TEMPLATES.clear()
-        found = _TEMPLATES[topic] = "/".join(parts)
-    return found
-
-
-_TEMPLATES: dict[str, str] = {}
+    parts = topic.split("/")
+    if len(parts) >= 3 and parts[0] == "parley":
+        parts[1] = "{run}"
+        if len(parts) >= 4:
+            parts[2] = "{episode}"
+    return "/".join(parts)
 
 
 def messaging_attributes(topic: str, message: Any, operation: str, system: str) -> dict[str, Any]:
