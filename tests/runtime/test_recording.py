@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -17,6 +18,7 @@ import pytest
 import yaml
 
 from parley.bus.messages import TurnResponse
+from parley.runtime import results
 from parley.runtime.config import load_config
 from parley.runtime.episode import EpisodeResult
 from parley.runtime.experiment import expand
@@ -81,6 +83,42 @@ async def test_a_record_that_cannot_be_encoded_becomes_an_error_and_the_run_goes
         assert message["text"].startswith("cut wire")
     assert every_line_parses(folder.episodes) == 3
     every_line_parses(folder.transcripts)
+
+
+async def test_episodes_that_end_soon_after_a_sync_share_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One episode at a time must not cost a thread hop and an fsync each: what ends within
+    ``SYNC_EVERY_S`` of the last sync waits for one batch, and each write still returns only
+    once its line is on disk."""
+    monkeypatch.setattr(results, "SYNC_EVERY_S", 0.5)
+    config = load_config(wire_config(3))
+    specs = expand(config)
+    folder = RunFolder.prepare(tmp_path / "run", config, resume=False, planned=3)
+    writer = ResultWriter(folder, folder.run_id)
+    synced: list[int] = []  # lines of episodes.jsonl on disk at each sync
+    real_sync = writer._sync
+
+    def sync() -> None:
+        real_sync()
+        synced.append(every_line_parses(folder.episodes))
+
+    monkeypatch.setattr(writer, "_sync", sync)
+    writer.start()
+
+    def result(n: int) -> EpisodeResult:
+        return EpisodeResult(spec=specs[n], outcome="success", turns=0, transcript=[])
+
+    await writer.write(result(0))
+    assert synced == [1]
+    second = asyncio.create_task(writer.write(result(1)))
+    for _ in range(5):  # the writer wakes for the second and waits out the interval
+        await asyncio.sleep(0)
+    third = asyncio.create_task(writer.write(result(2)))
+    await asyncio.gather(second, third)
+    assert synced == [1, 3]
+    await writer.close()
+    assert [r["episode"] for r in folder.records()] == [s.id for s in specs]
 
 
 @contextlib.contextmanager
