@@ -9,13 +9,17 @@ properties.
 
 from __future__ import annotations
 
+import base64
 import json
 import reprlib
 import weakref
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from parley.bus import messages as _messages
 from parley.bus.messages import (
     KINDS,
     MESSAGE_ADAPTER,
@@ -85,6 +89,74 @@ _sent: dict[int, _Sent] = {}
 _IMAGE = b'"type":"image"'
 
 
+def _plain_models() -> frozenset[type[BaseModel]]:
+    """The message models whose JSON is their fields in order, as orjson writes them: no
+    alias, computed field, excluded field, extra fields or serializer of their own."""
+    plain = set()
+    for model in vars(_messages).values():
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or model is BaseModel:
+            continue
+        decorators = model.__pydantic_decorators__
+        if (
+            model.__module__ != _messages.__name__
+            or model.model_config.get("extra") == "allow"
+            or model.model_computed_fields
+            or decorators.field_serializers
+            or decorators.model_serializers
+            or any(
+                f.alias or f.serialization_alias or f.exclude for f in model.model_fields.values()
+            )
+        ):
+            continue
+        plain.add(model)
+    return frozenset(plain)
+
+
+_PLAIN = _plain_models()
+# What orjson writes differently from pydantic (a datetime's zone, a dataclass's fields) goes
+# to ``default`` and so, refused there, to pydantic.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _fields_by_reference(value: Any) -> Any:
+    """orjson's ``default``: a message model as its fields, image bytes left out."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value.__dict__
+    if kind is ImagePart:
+        fields = value.__dict__
+        return fields if fields["data"] is None else {**fields, "data": None}
+    raise TypeError  # anything else: pydantic encodes the whole message
+
+
+def _fields_inline(value: Any) -> Any:
+    """orjson's ``default``: a message model as its fields, image bytes in base64."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value.__dict__
+    if kind is ImagePart:
+        fields = value.__dict__
+        if fields["data"] is None:
+            return fields
+        return {**fields, "data": base64.b64encode(fields["data"]).decode("ascii")}
+    raise TypeError
+
+
+def _json(value: Any, inline_images: bool) -> bytes | None:
+    """``value`` (a message, or a dict of a message's fields) as JSON that reads as pydantic's
+    own, through orjson: a quarter of the time. None where orjson cannot write it as pydantic
+    would (an integer beyond 64 bits, a key that is not a string, a value of a type it does
+    not know, a lone surrogate): the caller asks pydantic."""
+    try:
+        return orjson.dumps(
+            value,
+            default=_fields_inline if inline_images else _fields_by_reference,
+            option=_ORJSON_OPTIONS,
+        )
+    except orjson.JSONEncodeError:
+        return None
+
+
 def _forget(ref: weakref.ref[BaseModel]) -> None:
     key = ref.key  # type: ignore[attr-defined]  # a _Sent
     if _sent.get(key) is ref:
@@ -120,13 +192,15 @@ def encode(
         payload = sent_by_reference(message)
         if payload is not None:
             return _within(payload, max_bytes)
-    # The model's serializer itself: ``model_dump_json`` passes it every keyword and turns its
-    # bytes into a str, which were then turned back into bytes (a tenth of an encoding).
-    serializer = type(message).__pydantic_serializer__
-    if inline_images:
-        payload = serializer.to_json(message)
-    else:
-        payload = serializer.to_json(message, context=_BY_REFERENCE)
+    payload = _json(message, inline_images)
+    if payload is None:
+        # The model's serializer itself: ``model_dump_json`` passes it every keyword and makes
+        # a str of its bytes, which were then turned back into bytes (a tenth of an encoding).
+        serializer = type(message).__pydantic_serializer__
+        if inline_images:
+            payload = serializer.to_json(message)
+        else:
+            payload = serializer.to_json(message, context=_BY_REFERENCE)
     if remember:
         kept = _Sent(message, _forget)
         kept.key = id(message)
@@ -170,10 +244,12 @@ def encode_transcript(messages: Sequence[Message]) -> bytes:
         for item in prompt:
             done = encoded.get(id(item))
             if done is None:
-                done = encoded[id(item)] = _PROMPT_MESSAGE.to_json(item, context=_BY_REFERENCE)
+                done = _json(item, False) or _PROMPT_MESSAGE.to_json(item, context=_BY_REFERENCE)
+                encoded[id(item)] = done
             parts.append(done)
-        # The serializer itself: the model's wrapper and a str round trip cost a microsecond.
-        rest = message.__pydantic_serializer__.to_json(
+        fields = dict(message.__dict__)
+        del fields["prompt"]
+        rest = _json(fields, False) or message.__pydantic_serializer__.to_json(
             message, exclude=_PROMPT, context=_BY_REFERENCE
         )
         line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))

@@ -4,6 +4,8 @@ a typed, explained error for every way a payload can be wrong."""
 from __future__ import annotations
 
 import base64
+import dataclasses
+import datetime
 import json
 
 import pytest
@@ -21,7 +23,14 @@ from parley.bus.codec import (
     decode,
     encode,
 )
-from parley.bus.messages import KINDS, ImagePart, StateUpdate, TextPart, images_in
+from parley.bus.messages import (
+    KINDS,
+    ImagePart,
+    StateUpdate,
+    TextPart,
+    TranscriptEvent,
+    images_in,
+)
 from tests.bus import strategies as S
 
 KIND_STRATEGIES = {
@@ -37,6 +46,14 @@ KIND_STRATEGIES = {
     "job_result": S.job_results,
     "worker_heartbeat": S.worker_heartbeats,
 }
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: int
+
+
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -176,3 +193,47 @@ def test_every_error_type_is_a_codec_error_with_a_distinct_reason() -> None:
     assert all(issubclass(k, CodecError) and issubclass(k, ValueError) for k in kinds)
     assert len({k.reason for k in kinds}) == len(kinds)
     assert codec.CONTENT_TYPE.startswith("application/")
+
+
+def _pydantic_json(message, inline_images: bool) -> object:
+    """What pydantic itself writes for ``message``, parsed."""
+    context = None if inline_images else {"images": "ref"}
+    return json.loads(type(message).__pydantic_serializer__.to_json(message, context=context))
+
+
+@FAST
+@given(message=S.messages, inline_images=st.booleans())
+def test_the_fast_encoder_reads_as_pydantics_own_json(message, inline_images: bool) -> None:
+    """``encode`` writes through orjson where it can; what it writes reads as pydantic's own
+    JSON of the message, field for field, images inline or by reference."""
+    payload = encode(message, inline_images=inline_images)
+    assert json.loads(payload) == _pydantic_json(message, inline_images)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"big": 2**70},  # beyond orjson's 64 bits
+        {"nested": {1: "a key that is not a string"}},
+        {"when": datetime.datetime(2026, 11, 27, 1, 2, 3, tzinfo=datetime.UTC)},
+        {"tags": {"b", "a"}},
+        {"raw": b"bytes"},
+        {"point": Point(1, 2)},
+        {"nan": float("nan"), "inf": float("inf")},
+        {"text": 'ünïcödé \u2028 \x00 \n\t "quoted"'},
+    ],
+)
+def test_values_orjson_writes_otherwise_go_through_pydantic(data: dict) -> None:
+    event = TranscriptEvent(run="r", sender="gm", event="note", from_role="gm", data=data)
+    for inline_images in (True, False):
+        payload = encode(event, inline_images=inline_images)
+        assert json.loads(payload) == _pydantic_json(event, inline_images)
+    assert codec.encode_transcript([event]) == encode(event, inline_images=False) + b"\n"
+
+
+def test_a_message_that_cannot_be_written_still_says_why() -> None:
+    event = TranscriptEvent(
+        run="r", sender="gm", event="note", from_role="gm", data={"s": "\ud800"}
+    )
+    with pytest.raises(ValueError, match="surrogate"):
+        encode(event)
