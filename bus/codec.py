@@ -10,6 +10,7 @@ properties.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import reprlib
 import weakref
@@ -118,28 +119,24 @@ _PLAIN = _plain_models()
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
-def _fields_by_reference(value: Any) -> Any:
-    """orjson's ``default``: a message model as its fields, image bytes left out."""
+def _model_fields(value: Any, image_data: Callable[[bytes], str | None]) -> Any:
+    """orjson's ``default``: a message model as its fields, an image's bytes as
+    ``image_data`` writes them; anything else is refused (pydantic encodes the message)."""
     kind = type(value)
     if kind in _PLAIN:
         return value.__dict__
     if kind is ImagePart:
         fields = value.__dict__
-        return fields if fields["data"] is None else {**fields, "data": None}
-    raise TypeError  # anything else: pydantic encodes the whole message
-
-
-def _fields_inline(value: Any) -> Any:
-    """orjson's ``default``: a message model as its fields, image bytes in base64."""
-    kind = type(value)
-    if kind in _PLAIN:
-        return value.__dict__
-    if kind is ImagePart:
-        fields = value.__dict__
-        if fields["data"] is None:
-            return fields
-        return {**fields, "data": base64.b64encode(fields["data"]).decode("ascii")}
+        data = fields["data"]
+        return fields if data is None else {**fields, "data": image_data(data)}
     raise TypeError
+
+
+# orjson's ``default`` with images inline (base64) and by reference (no bytes).
+_DEFAULTS = {
+    True: functools.partial(_model_fields, image_data=lambda data: base64.b64encode(data).decode()),
+    False: functools.partial(_model_fields, image_data=lambda data: None),
+}
 
 
 def _json(value: Any, inline_images: bool) -> bytes | None:
@@ -150,7 +147,7 @@ def _json(value: Any, inline_images: bool) -> bytes | None:
     try:
         return orjson.dumps(
             value,
-            default=_fields_inline if inline_images else _fields_by_reference,
+            default=_DEFAULTS[inline_images],
             option=_ORJSON_OPTIONS,
         )
     except orjson.JSONEncodeError:
