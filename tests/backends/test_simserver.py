@@ -4,12 +4,14 @@ model (time to first token, tokens per second, a cap on sequences beyond which r
 from __future__ import annotations
 
 import asyncio
+import random
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from parley.agents.backends.simserver import SimServerProcess
+from parley.agents.backends.simserver import SimServerProcess, count_tokens_fast
+from parley.tokens import count_tokens
 
 pytestmark = pytest.mark.anyio
 
@@ -104,3 +106,34 @@ async def test_reply_files_come_only_from_the_startup_config(tmp_path: Path) -> 
             assert await _chat(s, server.url, "file", ("user", "x")) == "first block"
             async with s.post(f"{server.url}/sim/config", data=b"[1, 2]") as r:
                 assert r.status == 400
+
+
+async def test_usage_counts_tokens_as_parley_does(sim: SimServerProcess) -> None:
+    """The server reports the prompt's and reply's tokens as parley.tokens counts them, for
+    ASCII text (counted its own faster way) and for any other text alike."""
+    texts = [
+        "Serial number: A7_x9\n4 wires, top to bottom:\n  wire 1: red (cut)",
+        "extraordinarily\tlong\x0bwords\x1cand\x1f punctuation!? 1234 __init__ a_b",
+        "",
+        "   \n",
+        "naïve café ² ½ ٣ Straße 東京",
+        "abcdef abcdefg abcdefghijk abcdefghijklmnopqrstuvwxyz",
+    ]
+    sim.configure(replies={"text": texts[1]}, models={})
+    async with aiohttp.ClientSession() as session:
+        for text in texts:
+            body = {"model": "any", "messages": [{"role": "user", "content": text}]}
+            async with session.post(f"{sim.url}/v1/chat/completions", json=body) as response:
+                usage = (await response.json())["usage"]
+            assert usage["prompt_tokens"] == count_tokens(text)
+            assert usage["completion_tokens"] == count_tokens(texts[1])
+
+
+def test_fast_token_count_is_parleys_count() -> None:
+    rng = random.Random(0)
+    alphabet = "".join(map(chr, range(128))) + "éß²½٣東"
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        words = " ".join("x" * rng.randint(1, 17) for _ in range(3))
+        assert count_tokens_fast(text) == count_tokens(text)
+        assert count_tokens_fast(words) == count_tokens(words)
