@@ -94,17 +94,33 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return bytes([kind]), await reader.readexactly(length)
 
 
-def pack_result(result: EncodedResult) -> bytes:
-    """A finished episode as one payload: a JSON header, then the transcript and image bytes."""
-    header = json.dumps(
-        {
-            "record": result.record,
-            "transcript": len(result.transcript),
-            "images": [[sha, len(data)] for sha, data in result.images.items()],
-            "metrics": result.metrics,
-        }
-    ).encode()
+def pack_result(result: EncodedResult, record: bytes | None = None) -> bytes:
+    """A finished episode as one payload: a JSON header, then the transcript and image bytes.
+    ``record``: the record as JSON already (:func:`encode_result`), put in the header as it is."""
+    if record is None:
+        record = json.dumps(result.record).encode()
+    # The header json.dumps would write for {"record", "transcript", "images", "metrics"}.
+    images = json.dumps([[sha, len(data)] for sha, data in result.images.items()])
+    header = b'{"record": %s, "transcript": %d, "images": %s, "metrics": %s}' % (
+        record,
+        len(result.transcript),
+        images.encode(),
+        json.dumps(result.metrics).encode(),
+    )
     return b"".join([_HEADER.pack(len(header)), header, result.transcript, *result.images.values()])
+
+
+def encode_result(result: EpisodeResult, run: str) -> tuple[EncodedResult, bytes]:
+    """:meth:`EncodedResult.safely` and its record as JSON, encoded once: that encoding is
+    the test that the record can be written (``safely`` encodes it for that alone, and the
+    frame's header would encode it again)."""
+    try:
+        encoded = EncodedResult.of(result, run)
+        return encoded, json.dumps(encoded.record).encode()
+    except Exception:
+        # What cannot be recorded as played: safely's error record, and its warning.
+        encoded = EncodedResult.safely(result, run)
+        return encoded, json.dumps(encoded.record).encode()
 
 
 def unpack_result(payload: bytes) -> EncodedResult:
@@ -583,11 +599,11 @@ class _FrameSink:
         while True:
             result, future = await self._queue.get()
             try:
-                encoded = EncodedResult.safely(result, self.run)
+                encoded, record = encode_result(result, self.run)
                 # The parent keeps the run's metrics: it has CPU to spare, the workers do not.
                 if self.metrics:
                     encoded.metrics = episode_summary(result)
-                self.link.write(frame(b"R", pack_result(encoded)))
+                self.link.write(frame(b"R", pack_result(encoded, record)))
                 await self.link.drain()
             except Exception as exc:
                 future.set_exception(exc)

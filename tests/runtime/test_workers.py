@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +15,13 @@ import pytest
 
 import tests.runtime.faulty_game  # noqa: F401  (registers test.counter here; workers use PARLEY_PLUGINS)
 from parley.runtime.config import ConfigError, load_config
+from parley.runtime.episode import EpisodeResult
+from parley.runtime.experiment import EpisodeSpec
 from parley.runtime.results import EncodedResult, RunFolder
 from parley.runtime.scheduler import run_experiment
 from parley.runtime.workers import (
     WorkerScheduler,
+    encode_result,
     pack_result,
     split,
     unpack_result,
@@ -233,3 +238,38 @@ def test_workers_setting_is_checked() -> None:
             counter_config(bad, 1)  # type: ignore[arg-type]
         assert "workers" in str(info.value) and "auto" in str(info.value)
     assert counter_config("auto", 1).workers == "auto"  # type: ignore[arg-type]
+
+
+def test_a_frame_carries_the_record_encoded_once() -> None:
+    """The header around a record encoded ahead is what json.dumps writes for the whole."""
+    result = EncodedResult(
+        {"episode": "e1", "outcome": "success", "score": float("nan"), "big": 1 << 70},
+        b"line\n",
+        {"c" * 64: b"\x89PNG"},
+        {"turns": 2},
+    )
+    payload = pack_result(result, json.dumps(result.record).encode())
+    assert payload == pack_result(result)
+    (size,) = struct.unpack_from(">I", payload)
+    whole = {
+        "record": result.record,
+        "transcript": 5,
+        "images": [["c" * 64, 4]],
+        "metrics": {"turns": 2},
+    }
+    assert payload[4 : 4 + size] == json.dumps(whole).encode()
+    back = unpack_result(payload)
+    assert back.record["big"] == 1 << 70 and math.isnan(back.record["score"])
+
+
+def test_an_episode_whose_record_cannot_be_encoded_goes_back_as_an_error() -> None:
+    spec = EpisodeSpec(id="e1", game="clem.reference", seed=0, players={})
+    played = EpisodeResult(spec=spec, outcome="success", scores={"odd": object()}, turns=3)  # type: ignore[dict-item]
+    encoded, record = encode_result(played, "run-1")
+    assert json.loads(record) == encoded.record
+    assert encoded.record["outcome"] == "error" and encoded.record["turns"] == 3
+    assert "could not be written" in encoded.record["reason"]
+    fine = EpisodeResult(spec=spec, outcome="success", turns=3)
+    encoded, record = encode_result(fine, "run-1")
+    assert record == json.dumps(fine.record("run-1")).encode()
+    assert encoded.record["outcome"] == "success"
