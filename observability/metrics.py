@@ -30,8 +30,10 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     AggregationTemporality,
@@ -53,6 +55,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from parley.observability.tracing import otlp_settings
 
+_bisect = bisect.bisect_left
 SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
 EXPORT_INTERVAL_MS = 60_000
@@ -102,34 +105,40 @@ class LocalHistogram:
     and collectors get them as the SDK's own.
     """
 
-    def __init__(self, name: str, unit: str, description: str, bounds: Sequence[float]) -> None:
+    def __init__(
+        self,
+        name: str,
+        unit: str,
+        description: str,
+        bounds: Sequence[float],
+        lock: threading.Lock | None = None,
+    ) -> None:
         self.name, self.unit, self.description = name, unit, description
         self.bounds = list(bounds)
         # attributes (as a tuple of items) -> [bucket counts, sum, count, min, max]
         self.points: dict[tuple[tuple[str, Any], ...], list[Any]] = {}
-        self.lock = threading.Lock()
+        # Shared by the run's instruments: an episode's values are added under one lock.
+        self.lock = lock if lock is not None else threading.Lock()
         self.start_ns = time.time_ns()
 
     def record(self, value: float, attributes: dict[str, Any]) -> None:
         key = tuple(attributes.items())
         with self.lock:
-            point = self.points.get(key)
-            if point is None:
-                point = self.points[key] = [
-                    [0] * (len(self.bounds) + 1),
-                    0.0,
-                    0,
-                    math.inf,
-                    -math.inf,
-                ]
-            # Bucket i holds (bounds[i-1], bounds[i]], as OpenTelemetry's explicit buckets.
-            point[0][bisect.bisect_left(self.bounds, value)] += 1
-            point[1] += value
-            point[2] += 1
-            if value < point[3]:
-                point[3] = value
-            if value > point[4]:
-                point[4] = value
+            self.add_locked(value, key)
+
+    def add_locked(self, value: float, key: tuple[tuple[str, Any], ...]) -> None:
+        """Record ``value`` under attributes already made a key; the caller holds the lock."""
+        point = self.points.get(key)
+        if point is None:
+            point = self.points[key] = [[0] * (len(self.bounds) + 1), 0.0, 0, math.inf, -math.inf]
+        # Bucket i holds (bounds[i-1], bounds[i]], as OpenTelemetry's explicit buckets.
+        point[0][_bisect(self.bounds, value)] += 1
+        point[1] += value
+        point[2] += 1
+        if value < point[3]:
+            point[3] = value
+        if value > point[4]:
+            point[4] = value
 
     def metric(self, now_ns: int) -> Metric | None:
         """The cumulative state as SDK metric data (None before the first value)."""
@@ -168,16 +177,28 @@ class LocalCounter:
     """A monotonic counter aggregated here, cumulatively, per attribute set (see
     :class:`LocalHistogram`: the same reasons, the same export)."""
 
-    def __init__(self, name: str, unit: str, description: str) -> None:
+    def __init__(
+        self, name: str, unit: str, description: str, lock: threading.Lock | None = None
+    ) -> None:
         self.name, self.unit, self.description = name, unit, description
         self.points: dict[tuple[tuple[str, Any], ...], int | float] = {}
-        self.lock = threading.Lock()
+        self.lock = lock if lock is not None else threading.Lock()
         self.start_ns = time.time_ns()
 
     def add(self, amount: int | float, attributes: dict[str, Any]) -> None:
         key = tuple(attributes.items())
         with self.lock:
-            self.points[key] = self.points.get(key, 0) + amount
+            self.add_locked(amount, key)
+
+    def add_locked(self, amount: int | float, key: tuple[tuple[str, Any], ...]) -> None:
+        """Add ``amount`` under attributes already made a key; the caller holds the lock."""
+        points = self.points
+        points[key] = points.get(key, 0) + amount
+
+    def observe(self) -> list[tuple[tuple[tuple[str, Any], ...], int | float]]:
+        """The cumulative values by attributes (for an observable instrument's callback)."""
+        with self.lock:
+            return list(self.points.items())
 
     def metric(self, now_ns: int) -> Metric | None:
         with self.lock:
@@ -289,33 +310,40 @@ def turn_timings(messages: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """
     pending: dict[str, Any] | None = None
     for m in messages:
-        kind = _get(m, "kind")
+        if isinstance(m, dict):  # a transcript read back: its JSON, fields as attributes
+            m = SimpleNamespace(**m)
+        # Fields read as attributes, with defaults: most of a transcript is events, skipped
+        # after one read (this runs once per finished episode of a traced run).
+        kind = getattr(m, "kind", None)
         if kind == "turn_request":
-            sent = float(_get(m, "sent_at") or 0.0)
+            sent = float(getattr(m, "sent_at", None) or 0.0)
             if pending is not None and pending.get("answered"):
                 pending["turn_s"] = max(0.0, sent - pending["sent_at"])
                 yield pending
-            pending = {"role": _get(m, "role"), "turn": _get(m, "turn"), "sent_at": sent}
+            pending = {
+                "role": getattr(m, "role", None),
+                "turn": getattr(m, "turn", None),
+                "sent_at": sent,
+            }
         elif kind == "turn_response" and pending is not None:
-            usage = _get(m, "usage")
-            pending.update(
-                answered=True,
-                model=_get(m, "model") or "",
-                agent_s=float(_get(m, "latency_s") or 0.0),
-                usage=(
-                    {
-                        "input": _get(usage, "input_tokens", 0),
-                        "output": _get(usage, "output_tokens", 0),
-                        "source": _get(usage, "source", "backend"),
-                    }
-                    if usage is not None
-                    else None
-                ),
-                calls=list(_get(m, "calls") or []),
-                replied_at=float(_get(m, "sent_at") or 0.0),
+            usage = getattr(m, "usage", None)
+            pending["answered"] = True
+            pending["model"] = getattr(m, "model", None) or ""
+            pending["agent_s"] = float(getattr(m, "latency_s", None) or 0.0)
+            pending["usage"] = (
+                {
+                    "input": _get(usage, "input_tokens", 0),
+                    "output": _get(usage, "output_tokens", 0),
+                    "source": _get(usage, "source", "backend"),
+                }
+                if usage is not None
+                else None
             )
+            pending["calls"] = list(getattr(m, "calls", None) or [])
+            pending["replied_at"] = float(getattr(m, "sent_at", None) or 0.0)
         elif kind == "episode_finished" and pending is not None and pending.get("answered"):
-            pending["turn_s"] = max(0.0, float(_get(m, "sent_at") or 0.0) - pending["sent_at"])
+            sent = float(getattr(m, "sent_at", None) or 0.0)
+            pending["turn_s"] = max(0.0, sent - pending["sent_at"])
             yield pending
             pending = None
     if pending is not None and pending.get("answered"):
@@ -323,30 +351,33 @@ def turn_timings(messages: Iterable[Any]) -> Iterator[dict[str, Any]]:
         yield pending
 
 
+Key = tuple[tuple[str, Any], ...]
+
+
 class RunMetrics:
     """The run's meter provider and instruments; :meth:`record_episode` feeds them."""
 
     def __init__(self, run_dir: str | Path | None, resource: Resource) -> None:
-        # Histograms aggregated here (a value per turn and call), counters by the SDK (a few
-        # per episode); every reader exports both.
+        # Every instrument aggregated here, under one lock (an episode's values are added in
+        # one go); every reader exports them as the SDK's own (_Reader, merged).
+        self.lock = threading.Lock()
+        lock = self.lock
         self.token_usage = LocalHistogram(
-            "gen_ai.client.token.usage", "{token}", "Tokens per model call", TOKENS
+            "gen_ai.client.token.usage", "{token}", "Tokens per model call", TOKENS, lock
         )
         self.call_duration = LocalHistogram(
-            "gen_ai.client.operation.duration", "s", "Model call attempts", SECONDS
+            "gen_ai.client.operation.duration", "s", "Model call attempts", SECONDS, lock
         )
-        self.turn_duration = LocalHistogram("parley.turn.duration", "s", "One turn", SECONDS)
+        self.turn_duration = LocalHistogram("parley.turn.duration", "s", "One turn", SECONDS, lock)
         self.agent_duration = LocalHistogram(
-            "parley.agent.duration", "s", "The policy's part of a turn", SECONDS
+            "parley.agent.duration", "s", "The policy's part of a turn", SECONDS, lock
         )
         self.episode_duration = LocalHistogram(
-            "parley.episode.duration", "s", "One episode", SECONDS
+            "parley.episode.duration", "s", "One episode", SECONDS, lock
         )
-        # Counters too (a few per episode, the SDK's cost per value the same), but for the
-        # episodes: one value per episode keeps the SDK exporting (it skips a reader that it
-        # has no data of its own for).
-        self.turns = LocalCounter("parley.turns", "{turn}", "Answered turns")
-        self.tokens = LocalCounter("parley.tokens", "{token}", "Tokens used per role")
+        self.turns = LocalCounter("parley.turns", "{turn}", "Answered turns", lock)
+        self.tokens = LocalCounter("parley.tokens", "{token}", "Tokens used per role", lock)
+        self.episodes = LocalCounter("parley.episodes", "{episode}", "Finished episodes", lock)
         instruments: list[LocalHistogram | LocalCounter] = [
             self.turns,
             self.tokens,
@@ -356,6 +387,8 @@ class RunMetrics:
             self.agent_duration,
             self.episode_duration,
         ]
+        # Attribute keys made once per distinct set (a few per run, thousands of values).
+        self._keys: dict[tuple[Any, ...], Key] = {}
         readers: list[MetricReader] = []
         if run_dir is not None:
             exporter = JsonlMetricExporter(Path(run_dir) / "metrics.jsonl")
@@ -363,71 +396,107 @@ class RunMetrics:
         otlp = _otlp_exporter()
         if otlp is not None:
             readers.append(_Reader(otlp, instruments, resource))
-        # The SDK's provider runs the readers (periodic export, flush and shutdown).
+        # The SDK's provider runs the readers (periodic export, flush and shutdown). The
+        # episodes reach it as an observable counter, read at export: the SDK exports nothing
+        # (and skips the readers) while it has no data of its own, and its synchronous
+        # counter's add cost more per episode than the rest of the metrics together.
         self.provider = MeterProvider(resource=resource, metric_readers=readers)
         meter = self.provider.get_meter("parley")
-        self.episodes = meter.create_counter("parley.episodes", "{episode}", "Finished episodes")
+        meter.create_observable_counter(
+            "parley.episodes", [self._observe_episodes], "{episode}", "Finished episodes"
+        )
+
+    def _observe_episodes(self, options: CallbackOptions) -> Iterator[Observation]:
+        for key, value in self.episodes.observe():
+            yield Observation(value, dict(key))
 
     def record_episode(self, result: Any) -> None:
         self.record(episode_summary(result))
+
+    def _key(self, *parts: Any) -> Key:
+        """The attribute key of ``parts``: (game, role, model) for a role's turns, (model,
+        token type) for token usage, (model, error type) for a call's duration."""
+        key = self._keys.get(parts)
+        if key is None:
+            if len(self._keys) >= 10_000:  # unbounded labels: keep memory bounded
+                self._keys.clear()
+            kind = parts[0]
+            if kind == "role":
+                _, game, role, model = parts
+                attrs = {"parley.game": game, "parley.role": role, "parley.model": model}
+            elif kind == "usage":
+                _, model, token_type = parts
+                attrs = {
+                    "gen_ai.operation.name": "chat",
+                    "gen_ai.request.model": model,
+                    "gen_ai.token.type": token_type,
+                }
+            else:  # "call"
+                _, model, error = parts
+                attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+                if error != "ok":
+                    attrs["error.type"] = error
+            key = self._keys[parts] = tuple(attrs.items())
+        return key
 
     def record(self, summary: dict[str, Any]) -> None:
         """Feed the instruments from an :func:`episode_summary` (made where the episode ran,
         recorded where the metrics live: the parent of a run with worker processes)."""
         game, outcome, labels = summary["game"], summary["outcome"], summary["labels"]
-        self.episodes.add(
-            1,
-            {"parley.game": game, "parley.pairing": summary["pairing"], "parley.outcome": outcome},
-        )
-        self.episode_duration.record(
-            summary["duration_s"], {"parley.game": game, "parley.outcome": outcome}
-        )
+        key = self._key
+        token_keys = []
         for role, tokens in summary["tokens"].items():
             source = summary["token_source"].get(role, "counted")
             for kind in ("input", "output"):
                 if tokens.get(kind):
-                    self.tokens.add(
-                        tokens[kind],
-                        {
-                            "parley.game": game,
-                            "parley.role": role,
-                            "parley.model": labels.get(role, ""),
-                            "gen_ai.token.type": kind,
-                            "parley.token_source": source,
-                        },
-                    )
-        role_attrs = {
-            role: {"parley.game": game, "parley.role": role, "parley.model": labels.get(role, "")}
-            for role in summary["turns"]
+                    attrs = {
+                        "parley.game": game,
+                        "parley.role": role,
+                        "parley.model": labels.get(role, ""),
+                        "gen_ai.token.type": kind,
+                        "parley.token_source": source,
+                    }
+                    token_keys.append((tokens[kind], tuple(attrs.items())))
+        role_keys = {
+            role: key("role", game, role, labels.get(role, "")) for role in summary["turns"]
         }
-        for t in summary["timed"]:
-            attrs = role_attrs[t["role"]]
-            self.turn_duration.record(t["turn_s"], attrs)
-            self.agent_duration.record(t["agent_s"], attrs)
-            model = t["model"] or labels.get(t["role"], "")
-            usage = t["usage"]
-            if usage is not None and usage["source"] == "backend":
-                for kind in ("input", "output"):
-                    self.token_usage.record(
-                        usage[kind],
-                        {
-                            "gen_ai.operation.name": "chat",
-                            "gen_ai.request.model": model,
-                            "gen_ai.token.type": kind,
-                        },
-                    )
-            for call in t["calls"]:
-                if call.get("latency_s") is None:
-                    continue
-                call_attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
-                if call.get("outcome", "ok") != "ok":
-                    call_attrs["error.type"] = call["outcome"]
-                self.call_duration.record(float(call["latency_s"]), call_attrs)
-        for role, count in summary["turns"].items():
-            self.turns.add(count, role_attrs[role])
+        with self.lock:
+            self.episodes.add_locked(
+                1,
+                (
+                    ("parley.game", game),
+                    ("parley.pairing", summary["pairing"]),
+                    ("parley.outcome", outcome),
+                ),
+            )
+            self.episode_duration.add_locked(
+                summary["duration_s"], (("parley.game", game), ("parley.outcome", outcome))
+            )
+            for amount, token_key in token_keys:
+                self.tokens.add_locked(amount, token_key)
+            turn_duration = self.turn_duration.add_locked
+            agent_duration = self.agent_duration.add_locked
+            token_usage = self.token_usage.add_locked
+            call_duration = self.call_duration.add_locked
+            for t in summary["timed"]:
+                role_key = role_keys[t["role"]]
+                turn_duration(t["turn_s"], role_key)
+                agent_duration(t["agent_s"], role_key)
+                model = t["model"] or labels.get(t["role"], "")
+                usage = t["usage"]
+                if usage is not None and usage["source"] == "backend":
+                    token_usage(usage["input"], key("usage", model, "input"))
+                    token_usage(usage["output"], key("usage", model, "output"))
+                for call in t["calls"]:
+                    latency = call.get("latency_s")
+                    if latency is not None:
+                        call_duration(float(latency), key("call", model, call.get("outcome", "ok")))
+            for role, count in summary["turns"].items():
+                self.turns.add_locked(count, role_keys[role])
 
     def close(self) -> None:
-        self.provider.force_flush()
+        # Shutting down exports once more (each reader's last collection) and flushes: a
+        # force_flush first wrote the same totals twice (an export costs ~4 ms).
         self.provider.shutdown()
 
 
