@@ -32,6 +32,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from parley.observability.light_spans import LightSpan
 
+_UNSET_STATUS = LightSpan._status
 # OTLP's enum numbers (opentelemetry/proto/trace/v1/trace.proto).
 _KIND = {
     SpanKind.INTERNAL: 1,
@@ -74,6 +75,15 @@ _HEAD = (
     b'{"traceId":"%032x","spanId":"%016x",%b"name":%b,"kind":%d,'
     b'"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":['
 )
+# The same for a LightSpan: the trace id as its (cached) hex, with and without a parent.
+_HEAD_CHILD = (
+    b'{"traceId":"%b","spanId":"%016x","parentSpanId":"%016x","name":%b,"kind":%d,'
+    b'"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":['
+)
+_HEAD_ROOT = (
+    b'{"traceId":"%b","spanId":"%016x","name":%b,"kind":%d,'
+    b'"startTimeUnixNano":"%d","endTimeUnixNano":"%d","attributes":['
+)
 _dumps = orjson.dumps
 _NOTHING = object()
 # The AnyValue of a value of these exact types is its orjson encoding, wrapped (ints as
@@ -114,6 +124,8 @@ class Encoder:
             tuple[tuple[str, ...], tuple[type, ...]], tuple[bytes, tuple[int, ...]]
         ] = {}
         self._names: dict[str, bytes] = {}
+        # trace id -> its hex (an episode's spans share one)
+        self._trace_ids: dict[int, bytes] = {}
         self._resources: dict[int, tuple[Any, bytes]] = {}
         self._scopes: dict[tuple[str, str], bytes] = {}
 
@@ -222,16 +234,47 @@ class Encoder:
             ctx = span._context
             parent = span._parent
             name = span._name
-            attributes: Any = span._attributes
-            plain = span._status.status_code is StatusCode.UNSET and not span._events
-            plain = plain and not span._links
-        else:
-            ctx = span.get_span_context()
-            assert ctx is not None
-            parent = span.parent
-            name = span.name
-            attributes = span.attributes
-            plain = False
+            trace_id = ctx[0]
+            hex_id = self._trace_ids.get(trace_id)
+            if hex_id is None:
+                if len(self._trace_ids) >= self.CACHE_MAX:
+                    self._trace_ids.clear()
+                hex_id = self._trace_ids[trace_id] = b"%032x" % trace_id
+            kind = span._kind
+            head = (
+                _HEAD_CHILD
+                % (
+                    hex_id,
+                    ctx[1],
+                    parent[1],
+                    self._names.get(name) or self._name(name),
+                    _KIND_OF.get(id(kind)) or _KIND[kind],
+                    span._start_time or 0,
+                    span._end_time or 0,
+                )
+                if parent is not None
+                else _HEAD_ROOT
+                % (
+                    hex_id,
+                    ctx[1],
+                    self._names.get(name) or self._name(name),
+                    _KIND_OF.get(id(kind)) or _KIND[kind],
+                    span._start_time or 0,
+                    span._end_time or 0,
+                )
+            )
+            out.append(head)
+            out.append(self.attributes(span._attributes))
+            # The shared UNSET status of a span never given one (another goes to _extras).
+            if span._status is _UNSET_STATUS and not span._events and not span._links:
+                out.append(b"]}")
+            else:
+                out.append(b"]" + self._extras(span) + b"}")
+            return
+        ctx = span.get_span_context()
+        assert ctx is not None
+        parent = span.parent
+        name = span.name
         out.append(
             _HEAD
             % (
@@ -244,8 +287,8 @@ class Encoder:
                 span.end_time or 0,
             )
         )
-        out.append(self.attributes(attributes))
-        out.append(b"]}" if plain else b"]" + self._extras(span) + b"}")
+        out.append(self.attributes(span.attributes))
+        out.append(b"]" + self._extras(span) + b"}")
 
     def line(self, spans: Iterable[ReadableSpan], pause: Callable[[], None] | None = None) -> bytes:
         """One ``ExportTraceServiceRequest`` of ``spans`` (grouped by resource and scope), as a
@@ -259,7 +302,10 @@ class Encoder:
         for n, span in enumerate(spans, 1):
             if pause is not None and n % every == 0:
                 pause()
-            resource, scope = span.resource, span.instrumentation_scope
+            if type(span) is LightSpan:  # the fields, not the properties
+                resource, scope = span._resource, span._instrumentation_scope
+            else:
+                resource, scope = span.resource, span.instrumentation_scope
             if resource is not last[0] or scope is not last[1]:  # a run's spans share both
                 last = (resource, scope)
                 key = (scope.name, scope.version or "") if scope is not None else ("", "")

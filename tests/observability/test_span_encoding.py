@@ -190,3 +190,63 @@ def test_the_traced_bus_stamps_and_parents_as_before(tmp_path: Path) -> None:
 def test_light_span_is_what_the_writer_checks_for() -> None:
     span = LightTracer(Resource.create({}), []).start_span("x")
     assert type(span) is LightSpan and span.is_recording()
+
+
+def test_a_lean_span_encodes_as_the_same_span_read_through_the_sdk() -> None:
+    from opentelemetry.sdk.trace import ReadableSpan
+
+    sink = Sink()
+    tracer = LightTracer(Resource.create({"service.name": "t"}), [sink])
+    root = tracer.start_span("root", attributes={"n": 1})
+    kinds = (trace.SpanKind.CLIENT, trace.SpanKind.PRODUCER, trace.SpanKind.CONSUMER)
+    for kind in kinds:
+        tracer.start_child("child", root.get_span_context(), kind, {"s": "x"}).end()
+    unset = tracer.start_span("unset")
+    unset.set_status(trace.Status(trace.StatusCode.UNSET))  # another UNSET than the shared one
+    unset.end()
+    failed = tracer.start_span("failed")
+    failed.set_status(trace.StatusCode.ERROR, "bad")
+    failed.end()
+    root.end()
+    # The same spans as the SDK's ReadableSpan: the writer reads them through the properties.
+    readable = [
+        ReadableSpan(
+            name=s.name,
+            context=s.get_span_context(),
+            parent=s.parent,
+            resource=s.resource,
+            attributes=dict(s.attributes),
+            events=s.events,
+            links=s.links,
+            kind=s.kind,
+            status=s.status,
+            start_time=s.start_time,
+            end_time=s.end_time,
+            instrumentation_scope=s.instrumentation_scope,
+        )
+        for s in sink.spans
+    ]
+    encoder = Encoder()
+    for _ in range(2):  # the second time with the trace id's hex cached
+        assert encoder.line(sink.spans) == encoder.line(readable)
+    spans = spans_of(encoder.line(sink.spans))
+    assert [s["kind"] for s in spans[:3]] == [3, 4, 5]
+    assert all(s["parentSpanId"] == f"{root.get_span_context().span_id:016x}" for s in spans[:3])
+    assert "parentSpanId" not in spans[-1] and spans[-1]["name"] == "root"
+
+
+def test_traceparents_with_any_flags_and_odd_digits_parse_as_the_api_would() -> None:
+    from opentelemetry.trace import SpanContext, TraceFlags
+
+    ids = "ab" * 16 + "-" + "cd" * 8
+    for flags in ("00", "01", "03", "ff"):
+        ctx = span_context(f"00-{ids}-{flags}")
+        expected = SpanContext(
+            int("ab" * 16, 16), int("cd" * 8, 16), True, TraceFlags(int(flags, 16))
+        )
+        assert ctx == expected and ctx is not None
+        assert ctx.is_valid and ctx.is_remote and ctx.trace_flags == int(flags, 16)
+        assert ctx.trace_flags.sampled == bool(int(flags, 16) & 1)
+    # Digits int() takes but that name no valid span: a sign, or no span id at all.
+    for bad in ("00-" + "-" + "1" * 31 + "-" + "cd" * 8 + "-01", "00-" + "ab" * 16 + "-" + "0" * 16 + "-01"):  # fmt: skip
+        assert span_context(bad) is None
