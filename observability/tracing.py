@@ -47,11 +47,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from parley.observability.light_spans import LightSpan, LightTracer, UseSpan, current_span
@@ -319,15 +321,24 @@ def _parsed(traceparent: str) -> SpanContext | None:
     ):
         return None
     try:
-        ctx = SpanContext(
-            int(parts[1], 16),
-            int(parts[2], 16),
-            is_remote=True,
-            trace_flags=TraceFlags(int(parts[3], 16) & 0xFF),
-        )
+        trace_id = int(parts[1], 16)
+        span_id = int(parts[2], 16)
+        flags = int(parts[3], 16) & 0xFF
     except ValueError:
         return None
-    return ctx if ctx.is_valid else None
+    # SpanContext's own checks, done here (its constructor is a Python function, and this
+    # runs for every model request: each turn's span is new), and its flags shared.
+    if not (0 < trace_id <= _TRACE_ID_MAX and 0 < span_id <= _SPAN_ID_MAX):
+        return None
+    trace_flags = _FLAGS[flags] if flags < 2 else TraceFlags(flags)
+    return tuple.__new__(  # type: ignore[return-value]
+        SpanContext, (trace_id, span_id, True, trace_flags, trace.DEFAULT_TRACE_STATE, True)
+    )
+
+
+_TRACE_ID_MAX = 2**128 - 1
+_SPAN_ID_MAX = 2**64 - 1
+_FLAGS = (TraceFlags(TraceFlags.DEFAULT), TraceFlags(TraceFlags.SAMPLED))
 
 
 def extract(traceparent: str | None) -> Any:
@@ -346,10 +357,17 @@ def parent_context(traceparent: str | None) -> Any:
     traceparent itself (the sender's span: a turn request's turn span) is the parent — not
     whatever span happened to be current when the actor's task started (the episode's), so
     the hierarchy is episode → turn → invoke_agent on every transport.
+
+    The context holds the parent span only (not a copy of the current context, as
+    :func:`extract`'s): a tracer reads nothing else of a new span's parent context, and the
+    span is made current in the caller's own context.
     """
     if _active.get().message_spans and current_span().get_span_context().is_valid:
         return None
-    return extract(traceparent)
+    ctx = span_context(traceparent)
+    if ctx is None:
+        return None
+    return Context({_SPAN_KEY: NonRecordingSpan(ctx)})
 
 
 @functools.lru_cache(maxsize=4096)
