@@ -221,16 +221,16 @@ class MatchItGame(ClemGameMaster):
         return self.steps[self.index][1]
 
     def observe(self, role: str) -> Observation:
-        flag = self.expected()
+        # After the last step nothing is asked: the observer's final view shows the pictures.
+        flag = self.expected() if self.index < len(self.steps) else None
         stim = self.stims[role]
-        ask = ASK[flag].format(noun=self.noun)
+        ask = "" if flag is None else ASK[flag].format(noun=self.noun)
         data = {"expect": flag, "noun": self.noun, "units": images.units(stim)}
         if self.variant == "text":
-            return Observation(
-                text=f"Your {self.noun}:\n{images.as_text(stim)}\n\n{ask}", data=data
-            )
+            text = f"Your {self.noun}:\n{images.as_text(stim)}"
+            return Observation(text=f"{text}\n\n{ask}" if ask else text, data=data)
         return Observation(
-            text=f"Your {self.noun} is in the picture.\n{ask}",
+            text=f"Your {self.noun} is in the picture.\n{ask}".rstrip(),
             images=[images.render(stim)],
             data=data,
         )

@@ -5,6 +5,7 @@ prints Table 1 and writes readable HTML transcripts."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,16 @@ async def test_report_prints_table1_and_writes_html(tmp_path: Path) -> None:
     for sha in set(__import__("re").findall(r"\.\./images/([0-9a-f]{64})\.png", ref)):
         assert (run / "images" / f"{sha}.png").exists()
     assert "Expression:" in ref and "GM → guesser" in ref
+
+
+async def test_matchit_draws_its_final_state(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After the decisions nothing is asked, and the observers' last view still draws."""
+    with caplog.at_level(logging.WARNING):
+        records = await _run(
+            tmp_path,
+            [_block("clem.matchit", 2, variant="text"), _block("clem.matchit", 1, set="photos")],
+        )
+    assert [r["outcome"] for r in records] == ["success"] * 3
+    assert "no observer view" not in caplog.text
