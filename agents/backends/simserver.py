@@ -794,24 +794,181 @@ def _sse(api: str, event: dict[str, Any]) -> bytes:
     return f"data: {data}\n\n".encode()
 
 
+# Plain chat completions: what the fast path answers (everything else goes to aiohttp).
+_FAST_PATHS = frozenset((b"/v1/chat/completions", b"/chat/completions"))
+_MAX_HEAD = 64 * 1024
+
+
+class _FastRequest:
+    """What :meth:`SimServer._serve` reads of a request, for one the fast path parsed."""
+
+    def __init__(self, headers: dict[str, str], body: bytes) -> None:
+        self.headers = headers  # names lower-cased
+        self.body = body
+
+    async def read(self) -> bytes:
+        return self.body
+
+
+class _FastHttp(asyncio.Protocol):
+    """One connection to the server, read and written without aiohttp while its requests are
+    plain chat completions (``POST``, a Content-Length body, not streamed) and the server
+    injects no faults and checks no key: those are answered by :meth:`SimServer._serve` itself,
+    the same counters and replies, for a fraction of aiohttp's CPU per request (a benchmark's
+    runtime shares the cores with this server). At the first request that is anything else the
+    connection is handed to aiohttp, that request's bytes included, and stays with it."""
+
+    def __init__(self, server: SimServer, fallback: Any, connections: set[_FastHttp]) -> None:
+        self.server = server
+        self.fallback = fallback  # aiohttp's protocol factory (web.Server)
+        self.connections = connections
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.task: asyncio.Task[None] | None = None  # the request being answered
+        self.eof = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        if self.task is None:
+            self._next()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        return self.task is not None  # keep the transport open for the answer being made
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.discard(self)
+        if self.task is not None:
+            self.task.cancel()  # as aiohttp cancels a handler whose client went away
+
+    def _next(self) -> None:
+        """Answer the next request in the buffer, or hand the connection over."""
+        buffer = self.buffer
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buffer) > _MAX_HEAD:
+                self._hand_over()
+            elif self.eof and self.transport is not None:
+                self.transport.close()
+            return
+        lines = bytes(buffer[:end]).split(b"\r\n")
+        method, _, rest = lines[0].partition(b" ")
+        target, _, version = rest.partition(b" ")
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, colon, value = line.partition(b":")
+            key = name.strip().lower().decode("latin-1")
+            if not colon or key in headers:
+                self._hand_over()  # a header line of its own kind, or twice: aiohttp's to judge
+                return
+            headers[key] = value.strip().decode("latin-1")
+        length = headers.get("content-length", "")
+        server = self.server
+        plain = (
+            method == b"POST"
+            and target in _FAST_PATHS
+            and version == b"HTTP/1.1"
+            and length.isdigit()
+            and "transfer-encoding" not in headers
+            and "expect" not in headers
+            and not server.config.faults
+            and not server.api_key
+        )
+        if not plain:
+            self._hand_over()
+            return
+        start = end + 4
+        if len(buffer) < start + int(length):
+            return  # the body is still coming
+        body = bytes(buffer[start : start + int(length)])
+        if b'"stream"' in body:
+            self._hand_over()  # maybe streamed: aiohttp's StreamResponse writes those
+            return
+        del buffer[: start + int(length)]
+        keep_alive = "close" not in headers.get("connection", "").lower()
+        self.task = asyncio.get_running_loop().create_task(
+            self._answer(_FastRequest(headers, body), keep_alive)
+        )
+
+    async def _answer(self, request: _FastRequest, keep_alive: bool) -> None:
+        try:
+            response: web.StreamResponse = await self.server._serve(request, "openai")  # type: ignore[arg-type]
+        except Exception:  # a bug of the server's: answered 500, as aiohttp does
+            response = web.Response(status=500, text="500 Internal Server Error")
+            keep_alive = False
+        self.task = None
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if type(response) is not web.Response:
+            transport.close()  # (none: faults and streams go to aiohttp)
+            return
+        body = response.body if isinstance(response.body, bytes) else b""
+        head = [f"HTTP/1.1 {response.status} {response.reason}"]
+        head += [
+            f"{k}: {v}"
+            for k, v in response.headers.items()
+            if k.lower() not in ("content-length", "connection", "transfer-encoding")
+        ]
+        head.append(f"Content-Length: {len(body)}")
+        if not keep_alive:
+            head.append("Connection: close")
+        transport.writelines(["\r\n".join(head).encode("latin-1") + b"\r\n\r\n", body])
+        if not keep_alive or (self.eof and not self.buffer):
+            transport.close()
+        elif self.buffer:
+            self._next()
+
+    def _hand_over(self) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        self.connections.discard(self)
+        handler = self.fallback()
+        transport.set_protocol(handler)
+        handler.connection_made(transport)
+        if self.buffer:
+            handler.data_received(bytes(self.buffer))
+            self.buffer.clear()
+        if self.eof:
+            handler.eof_received()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
 async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> None:
     """Run until SIGTERM/SIGINT; prints ``listening on URL`` once ready."""
     server = SimServer(config)
     server.lag = LoopLagProbe().start()
-    runner = web.AppRunner(server.app(), access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        server.app(), access_log=None, handle_signals=False, shutdown_timeout=0.5
+    )
     await runner.setup()
-    site = web.TCPSite(runner, host, port, backlog=4096, shutdown_timeout=0.5)
-    await site.start()
-    sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
+    loop = asyncio.get_running_loop()
+    aiohttp_server = runner.server
+    assert aiohttp_server is not None
+    connections: set[_FastHttp] = set()
+    listening = await loop.create_server(
+        lambda: _FastHttp(server, aiohttp_server, connections), host, port, backlog=4096
+    )
+    sockets = listening.sockets or []
     bound = sockets[0].getsockname()[1] if sockets else port
     print(f"listening on http://{host}:{bound}", flush=True)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     # Thousands of requests in flight: the same collection policy as a run's (parley.event_loop).
     async with responsive_gc():
         await stop.wait()
+    listening.close()
+    for connection in list(connections):
+        connection.close()
     await server.lag.stop()
     await runner.cleanup()
 

@@ -4,6 +4,7 @@ model (time to first token, tokens per second, a cap on sequences beyond which r
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 
@@ -137,3 +138,79 @@ def test_fast_token_count_is_parleys_count() -> None:
         words = " ".join("x" * rng.randint(1, 17) for _ in range(3))
         assert count_tokens_fast(text) == count_tokens(text)
         assert count_tokens_fast(words) == count_tokens(words)
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *requests: bytes
+) -> list[tuple[int, dict[str, str], bytes]]:
+    """Write ``requests`` at once (pipelined), read as many responses (Content-Length or
+    chunked bodies): status, headers (lower-case names), body."""
+    writer.write(b"".join(requests))
+    out = []
+    for _ in requests:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        headers = {
+            k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in head[1:] if h)
+        }
+        if "content-length" in headers:
+            body = await reader.readexactly(int(headers["content-length"]))
+        else:  # chunked (aiohttp's streamed replies)
+            body = b""
+            while size := int((await reader.readuntil(b"\r\n")).strip(), 16):
+                body += (await reader.readexactly(size + 2))[:-2]
+            await reader.readuntil(b"\r\n")
+        out.append((int(head[0].split()[1]), headers, body))
+    return out
+
+
+def _post(
+    body: dict[str, object], *, path: str = "/v1/chat/completions", close: bool = False
+) -> bytes:
+    data = json.dumps(body).encode()
+    extra = "Connection: close\r\n" if close else ""
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}"
+        f"Content-Length: {len(data)}\r\n\r\n"
+    ).encode() + data
+
+
+async def test_one_connection_carries_plain_streamed_and_pipelined_requests(
+    sim: SimServerProcess,
+) -> None:
+    """Plain chat completions are answered by the server's own HTTP path, anything else by
+    aiohttp: on one keep-alive connection, in any order, pipelined or not, each request gets
+    its own answer and is counted once."""
+    sim.configure(replies={"text": "plain answer"}, models={})
+    plain = _post({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    streamed = _post(
+        {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    host, port = sim.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        first = await _exchange(reader, writer, plain, plain)  # pipelined
+        assert [s for s, _, _ in first] == [200, 200]
+        for _, headers, body in first:
+            assert headers["content-type"].startswith("application/json")
+            assert json.loads(body)["choices"][0]["message"]["content"] == "plain answer"
+        (status, _, body), (status2, _, body2) = await _exchange(reader, writer, streamed, plain)
+        assert (status, status2) == (200, 200)
+        assert body.startswith(b"data: {") and body.rstrip().endswith(b"data: [DONE]")
+        assert json.loads(body2)["choices"][0]["message"]["content"] == "plain answer"
+        bad = _post({"messages": "not a list"})
+        ((status, _, body),) = await _exchange(reader, writer, bad)
+        assert status == 400 and b"invalid_request_error" in body
+    finally:
+        writer.close()
+    assert sim.stats()["requests"] == 5
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        ((status, headers, _),) = await _exchange(
+            reader,
+            writer,
+            _post({"model": "m", "messages": [{"role": "user", "content": "bye"}]}, close=True),
+        )
+        assert status == 200 and headers.get("connection") == "close"
+        assert await reader.read() == b""  # closed after its answer
+    finally:
+        writer.close()
