@@ -71,6 +71,17 @@ _new_context = tuple.__new__
 _DEFAULT_STATE = trace.DEFAULT_TRACE_STATE
 
 
+# The traceparents of this process's spans, with their span contexts: a message comes back
+# with one to a handler in this process (a turn request to its agent), which would parse it.
+_MADE: dict[str, SpanContext] = {}
+_MADE_MAX = 4096
+
+
+def made(traceparent: str) -> SpanContext | None:
+    """The (remote) span context of a traceparent one of this process's spans made lately."""
+    return _MADE.get(traceparent)
+
+
 def _clean(attributes: types.Attributes) -> dict[str, Any]:
     if not attributes:
         return {}
@@ -130,13 +141,17 @@ class LightSpan(ReadableSpan, trace.Span):
             self._set_status_on_exception = False
 
     def traceparent(self) -> str:
-        """This span's W3C traceparent (made once: every message it sends carries it)."""
+        """This span's W3C traceparent (made once: every message it sends carries it), kept
+        with its span context for :func:`made` (the ids by index: SpanContext's properties
+        are Python calls)."""
         found = self._traceparent
         if found is None:
             ctx = self._context
-            found = self._traceparent = (
-                f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}"
-            )
+            found = self._traceparent = f"00-{ctx[0]:032x}-{ctx[1]:016x}-{ctx[3]:02x}"
+            if len(_MADE) >= _MADE_MAX:
+                _MADE.clear()
+            # As a remote context, as the traceparent parsed would give it.
+            _MADE[found] = _new_context(SpanContext, (ctx[0], ctx[1], True, *ctx[3:]))
         return found
 
     # --- ReadableSpan extras the SDK's exporters read -----------------------------------------

@@ -124,12 +124,13 @@ class TracedBus(Bus):
             return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
         spans = message.kind in self.span_kinds and active.message_spans
         current = current_span()
-        parent = current.get_span_context()
-        if parent.is_valid:
+        lean = type(current) is LightSpan
+        parent = current._context if lean else current.get_span_context()  # type: ignore[attr-defined]
+        if parent[5]:  # is_valid (SpanContext's properties are Python calls)
             if not spans:
                 traceparent = (
-                    current._traceparent or current.traceparent()
-                    if type(current) is LightSpan
+                    current._traceparent or current.traceparent()  # type: ignore[attr-defined]
+                    if lean
                     else tracing.inject(current)
                 )
                 if message.traceparent != traceparent:  # a pydantic assignment costs

@@ -57,6 +57,7 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from parley.observability.light_spans import LightSpan, LightTracer, UseSpan, current_span
+from parley.observability.light_spans import made as _made
 from parley.observability.otlp_json import OtlpJsonSpanWriter
 
 if TYPE_CHECKING:
@@ -304,7 +305,7 @@ def span_context(traceparent: str | None) -> SpanContext | None:
     """The remote span context a traceparent names; None when absent or malformed."""
     if not traceparent:
         return None
-    return _parsed(traceparent)
+    return _made(traceparent) or _parsed(traceparent)
 
 
 # A span's traceparent comes back on every message it sent (a turn's request, its transcript

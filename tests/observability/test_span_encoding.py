@@ -250,3 +250,19 @@ def test_traceparents_with_any_flags_and_odd_digits_parse_as_the_api_would() -> 
     # Digits int() takes but that name no valid span: a sign, or no span id at all.
     for bad in ("00-" + "-" + "1" * 31 + "-" + "cd" * 8 + "-01", "00-" + "ab" * 16 + "-" + "0" * 16 + "-01"):  # fmt: skip
         assert span_context(bad) is None
+
+
+def test_a_traceparent_made_here_comes_back_as_the_context_parsing_would_give() -> None:
+    from parley.observability.tracing import _parsed
+
+    span = LightTracer(Resource.create({}), []).start_span("turn")
+    traceparent = inject(span)
+    assert traceparent is not None
+    kept, parsed = span_context(traceparent), _parsed(traceparent)
+    assert kept is not None and parsed is not None and kept == parsed
+    assert kept.is_remote and kept.is_valid and kept.trace_flags.sampled
+    assert (kept.trace_id, kept.span_id) == (
+        span.get_span_context().trace_id,
+        span.get_span_context().span_id,
+    )
+    assert kept.trace_state == parsed.trace_state
