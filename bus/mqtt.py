@@ -4,9 +4,9 @@ Built on aiomqtt 2.x (paho 2.x underneath). aiomqtt gives the connection, its as
 integration and SUBSCRIBE/UNSUBSCRIBE; two of its paths are replaced where they would cost
 throughput or flow control:
 
-- **publishing** goes straight to paho, which sends at once and reports the PUBACK in a callback,
-  so up to ``max_inflight`` QoS 1 messages are on the wire at a time (aiomqtt's ``publish``
-  awaits each PUBACK in turn). Every unacknowledged message stays in an ordered pending table
+- **publishing** goes straight to paho's write queue (the packets of one pass of the event loop
+  together, at its end), and the PUBACKs are read as they come, so up to ``max_inflight`` QoS 1
+  messages are on the wire at a time (aiomqtt's ``publish`` awaits each PUBACK in turn). Every unacknowledged message stays in an ordered pending table
   until its PUBACK arrives, and is sent again, in order, on the next connection;
 - **receiving** uses paho's manual acknowledgement and the MQTT 5 Receive Maximum: a message is
   acknowledged only after it sits in every matching local mailbox, so a full mailbox stops the
@@ -155,7 +155,7 @@ class _Connection:
     identifiers_available: bool = True
     paused: bool = False
     acked: Callable[[int, int], None] = field(default=lambda mid, reason: None)
-    acked_all: Callable[[list[tuple[int, int]]], None] = field(default=lambda taken: None)
+    acked_all: Callable[[list[int]], None] = field(default=lambda mids: None)
 
     @property
     def paho(self) -> paho_mqtt.Client:
@@ -258,6 +258,7 @@ class MqttBus(Bus):
         self.tls_key = tls_key
         self.tls_insecure = tls_insecure
         self.protocol = _PROTOCOLS[str(protocol)]
+        self._v5 = self.protocol == ProtocolVersion.V5
         self.keepalive = keepalive
         self.session_expiry = session_expiry
         self.max_inflight = max_inflight
@@ -527,7 +528,7 @@ class MqttBus(Bus):
             max_bytes=self.max_bytes,
             remember=not retain,  # a retained one is a state, never in a transcript
         )
-        v5 = self.protocol == ProtocolVersion.V5
+        v5 = self._v5
         if not v5 or retain:
             # No no_local (MQTT 3), or a retained message the broker hands back to a later
             # subscription of ours: recognise it by id (local subscribers have it already).
@@ -567,8 +568,11 @@ class MqttBus(Bus):
         if self.closed:
             raise BusClosed("bus is closed")
         await super().clear_retained(topic)
-        self._flush_batch(topic)
-        await self._send(_Outgoing(topic, b"", 1, None, retain=True))
+        if self._batches:
+            self._flush_batch(topic)
+        if self._runner is None or self._held >= self.max_inflight:
+            await self._wait_for_room()
+        self._queue(_Outgoing(topic, b"", 1, None, retain=True))
 
     # -- batching -------------------------------------------------------------------------------
 
@@ -609,12 +613,13 @@ class MqttBus(Bus):
             )
 
     def _flush_batch(self, topic: str) -> None:
-        """Move ``topic``'s open batch, if any, to the pending table (one PUBLISH) and send."""
+        """Move ``topic``'s open batch, if any, to the pending table (one PUBLISH); it is sent when
+        the pass ends (:meth:`_queue`)."""
         batch = self._batches.pop(topic, None)
         if batch is None:
             return
         self._queue_batch(topic, batch)
-        self._pump()
+        self._schedule_pump()
 
     def _flush_batches(self) -> None:
         """The batching window ended: every open batch goes, oldest first."""
@@ -653,11 +658,6 @@ class MqttBus(Bus):
             self._batch_properties = props
         return self._batch_properties
 
-    async def _send(self, outgoing: _Outgoing) -> None:
-        """Queue ``outgoing`` in the pending table (in order) and send what the window allows."""
-        await self._wait_for_room()
-        self._queue(outgoing)
-
     async def _wait_for_room(self) -> None:
         """Start the bus if needed, and wait while ``max_inflight`` messages are held."""
         self._ensure_started()
@@ -667,13 +667,14 @@ class MqttBus(Bus):
                 raise BusClosed("bus is closed")
 
     def _queue(self, outgoing: _Outgoing) -> None:
-        """Put ``outgoing`` in the pending table (in order; room was made) and send what the
-        window allows."""
+        """Put ``outgoing`` in the pending table (in order; room was made); it is sent, with
+        whatever else this pass of the event loop queues, when the pass ends (one pump, one
+        join of the packets: paho writes them at the next pass in any case)."""
         self._held += 1
         self._seq += 1
         self._pending[self._seq] = outgoing
         self._unsent.append(self._seq)
-        self._pump()
+        self._schedule_pump()
 
     def _properties(self, message: Message) -> Properties | None:
         if self.protocol != ProtocolVersion.V5:
@@ -712,46 +713,70 @@ class MqttBus(Bus):
                 return
 
     def _pump(self) -> None:
-        """Send unsent messages, in order, while the window has room."""
+        """Send unsent messages, in order, while the window has room: the QoS 1 packets made
+        here (not by paho's publish: mqtt_adapter says why), joined, onto paho's queue."""
         conn = self._conn
         unsent = self._unsent
-        if conn is None or not unsent:
+        if conn is None or not unsent or self._inflight >= self._window:
             return
         paho = conn.paho
-        pending = self._pending
-        no_properties = b"\x00" if self.protocol == ProtocolVersion.V5 else None
-        while unsent and self._inflight < self._window:
-            seq = unsent[0]
+        if not mqtt_adapter.can_queue(paho):
+            return  # the connection is going down: the next one sends it
+        pending, mids, names = self._pending, conn.mids, self._topic_names
+        no_properties = b"\x00" if self._v5 else None
+        room = self._window - self._inflight
+        packets: list[bytes] = []
+        size = resent = 0
+        mid = mqtt_adapter.last_mid(paho)
+        while unsent and room:
+            seq = unsent.popleft()
             entry = pending.get(seq)
             if entry is None:
-                unsent.popleft()
                 continue
-            if entry.qos == 1:
-                # The packet made here, not by paho's publish (mqtt_adapter says why).
-                mid = mqtt_adapter.next_mid(paho)
-                props = entry.properties.pack() if entry.properties is not None else no_properties
-                packet = _publish_packet(
-                    self._topic_name(entry.topic), entry.payload, mid, props, entry.retain
-                )
-                if not mqtt_adapter.queue_packet(paho, packet, mid, 1):
-                    return  # the connection is going down: the next one sends it
-            else:
-                info = paho.publish(
-                    entry.topic, entry.payload, entry.qos, entry.retain, properties=entry.properties
-                )
-                if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
-                    return  # the connection is going down: the next one sends it
-                mid = info.mid
-            unsent.popleft()
-            if entry.sent:
-                self.stats.resent += 1
+            if entry.qos != 1:
+                if packets:
+                    mqtt_adapter.queue_packets(paho, b"".join(packets), mid)
+                    packets, size = [], 0
+                if not self._publish_by_paho(conn, seq, entry):
+                    unsent.appendleft(seq)
+                    break  # the connection is going down: the next one sends it
+                room -= entry.qos != 0
+                mid = mqtt_adapter.last_mid(paho)
+                continue
+            mid = mid + 1 if mid < 65535 else 1  # paho's own counter (mqtt_adapter.last_mid)
+            props = entry.properties.pack() if entry.properties is not None else no_properties
+            name = names.get(entry.topic) or self._topic_name(entry.topic)
+            packet = _publish_packet(name, entry.payload, mid, props, entry.retain)
+            packets.append(packet)
+            size += len(packet)
+            resent += entry.sent
             entry.sent = True
-            if entry.qos == 0:
-                del pending[seq]
-                self._freed(entry.count)
-            else:
-                conn.mids[mid] = seq
-                self._inflight += 1
+            mids[mid] = seq
+            room -= 1
+            if size >= mqtt_adapter.JOIN_BYTES:
+                mqtt_adapter.queue_packets(paho, b"".join(packets), mid)
+                packets, size = [], 0
+        if packets:
+            mqtt_adapter.queue_packets(paho, b"".join(packets), mid)
+        self._inflight = self._window - room
+        self.stats.resent += resent
+
+    def _publish_by_paho(self, conn: _Connection, seq: int, entry: _Outgoing) -> bool:
+        """A QoS 0 or 2 message, through paho's publish; False if paho could not take it."""
+        info = conn.paho.publish(
+            entry.topic, entry.payload, entry.qos, entry.retain, properties=entry.properties
+        )
+        if info.rc != paho_mqtt.MQTT_ERR_SUCCESS:
+            return False
+        if entry.sent:
+            self.stats.resent += 1
+        entry.sent = True
+        if entry.qos == 0:
+            del self._pending[seq]
+            self._freed(entry.count)
+        else:
+            conn.mids[info.mid] = seq
+        return True
 
     def _topic_name(self, topic: str) -> bytes:
         """``topic`` as a PUBLISH names it (UTF-8, its length first); an episode's few topics
@@ -811,24 +836,20 @@ class MqttBus(Bus):
         if self._unsent:
             self._schedule_pump()
 
-    def _acked_all(self, conn: _Connection, taken: list[tuple[int, int]]) -> None:
-        """:meth:`_acked` for the PUBACKs of one read (``(mid, reason)``), in one go."""
-        mids, pending = conn.mids, self._pending
-        current = conn is self._conn
-        freed = 0
-        for mid, reason in taken:
-            seq = mids.pop(mid, None)
+    def _acked_all(self, conn: _Connection, acked: list[int]) -> None:
+        """:meth:`_acked` for the successful PUBACKs of one read (their packet ids), in one go."""
+        mids_pop, pending_pop = conn.mids.pop, self._pending.pop
+        found = freed = 0
+        for mid in acked:
+            seq = mids_pop(mid, None)
             if seq is None:
                 continue
-            if current:
-                self._inflight -= 1
-            entry = pending.pop(seq, None)
-            if entry is None:
-                continue
-            if reason >= 0x80:
-                self.stats.rejected += entry.count
-                log.warning("the broker refused a message on %s: %s", entry.topic, _reason(reason))
-            freed += entry.count
+            found += 1
+            entry = pending_pop(seq, None)
+            if entry is not None:
+                freed += entry.count
+        if conn is self._conn:
+            self._inflight -= found
         self._freed(freed)
         if self._unsent:
             self._schedule_pump()
@@ -1208,7 +1229,7 @@ class MqttBus(Bus):
         paho.on_message = lambda c, u, m: self._on_paho_message(conn, c, u, m)
         paho.on_publish = lambda c, u, mid, rc, p: self._on_puback(conn, c, u, mid, rc, p)
         conn.acked = lambda mid, reason: self._acked(conn, mid, reason >= 0x80, reason)
-        conn.acked_all = lambda taken: self._acked_all(conn, taken)
+        conn.acked_all = lambda mids: self._acked_all(conn, mids)
         mqtt_adapter.route_pubacks(paho, conn.mids.__contains__, conn.acked)
         # aiomqtt's handler, chained (mqtt_adapter checks that aiomqtt sets one).
         aiomqtt_on_connect: Callable[..., None] = paho.on_connect  # type: ignore[assignment]

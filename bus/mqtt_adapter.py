@@ -5,8 +5,8 @@ callbacks itself (see its docstring); for that it needs four things aiomqtt keep
 paho client inside an ``aiomqtt.Client``, the future that ends a connection, the housekeeping
 task (keepalive pings) aiomqtt starts when a socket opens, and, for a log line, a message's
 raw topic bytes. QoS 1 PUBLISH packets are built by the transport and queued on paho's
-outgoing packet queue (:func:`queue_packet`), their packet identifiers taken from paho's own
-counter (:func:`next_mid`), and their PUBACKs handed back before paho looks for a message it
+outgoing packet queue (:func:`queue_packets`), their packet identifiers counted on from paho's
+own counter (:func:`last_mid`), and their PUBACKs handed back before paho looks for a message it
 never saw (:func:`route_pubacks`): paho's ``publish`` builds a message object, a message-info
 object and a log line per message, and that was the largest part of what a message cost.
 They are read and written only here. :func:`problems` checks that the
@@ -22,6 +22,8 @@ import asyncio
 import inspect
 import socket
 import ssl
+import sys
+from array import array
 from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
@@ -87,16 +89,19 @@ def stop_housekeeping(client: aiomqtt.Client) -> None:
         client._misc_task.cancel()
 
 
-def next_mid(paho: paho_mqtt.Client) -> int:
-    """A packet identifier from paho's counter, so it never clashes with paho's own packets
-    (SUBSCRIBE, UNSUBSCRIBE) on the connection. paho's ``_mid_generate`` does the same under a
-    lock, as dear as the rest of it: every caller of either (the transport, and paho's
-    subscribe and unsubscribe as aiomqtt calls them) runs on the event loop's thread."""
-    mid = paho._last_mid + 1
-    if mid == 65536:
-        mid = 1
-    paho._last_mid = mid
-    return mid
+def last_mid(paho: paho_mqtt.Client) -> int:
+    """The packet identifier paho's counter gave last. The transport numbers its packets on
+    from it and hands the last one back (:func:`queue_packets`), so they never clash with
+    paho's own packets (SUBSCRIBE, UNSUBSCRIBE) on the connection; paho's ``_mid_generate``
+    takes a lock per identifier, as dear as the rest of a packet: every caller of either (the
+    transport, and paho's subscribe and unsubscribe as aiomqtt calls them) runs on the event
+    loop's thread."""
+    return paho._last_mid
+
+
+def can_queue(paho: paho_mqtt.Client) -> bool:
+    """Whether the connection has a socket to write queued packets to."""
+    return paho._sock is not None
 
 
 # Packets queued one after another join one entry of paho's queue up to this size, so paho
@@ -105,32 +110,32 @@ def next_mid(paho: paho_mqtt.Client) -> int:
 JOIN_BYTES = 64 * 1024
 
 
-def queue_packet(paho: paho_mqtt.Client, packet: bytes, mid: int, qos: int) -> bool:
-    """Queue a ready PUBLISH packet (QoS 1 or 2: paho touches a QoS 0 packet's message info
-    once written) for paho to write; False when the connection has no socket. It joins the
-    queue's last entry when that is one of these and has room."""
-    if paho._sock is None:
-        return False
+def queue_packets(paho: paho_mqtt.Client, packets: bytes, mid: int) -> None:
+    """Queue ready QoS 1 PUBLISH packets, one after another in ``packets``, for paho to write
+    (call :func:`can_queue` first), and move paho's packet identifier counter on to ``mid``,
+    the last of their identifiers (counted on from :func:`last_mid`, 65535 wrapping to 1).
+    They join the queue's last entry when that is one of these and has room."""
+    paho._last_mid = mid
     queue = paho._out_packet
+    size = len(packets)
     if queue:
         last: Any = queue[-1]
-        if last.get("parley") and last["to_process"] + len(packet) <= JOIN_BYTES:
-            last["packet"] += packet  # a bytearray of its own
-            last["to_process"] += len(packet)
-            return True
+        if last.get("parley") and last["to_process"] + size <= JOIN_BYTES:
+            last["packet"] += packets  # a bytearray of its own
+            last["to_process"] += size
+            return
     entry: Any = {
-        "command": packet[0],
+        "command": packets[0],
         "mid": mid,
-        "qos": qos,
+        "qos": 1,  # QoS 1 or 2: paho touches a QoS 0 packet's message info once written
         "pos": 0,
-        "to_process": len(packet),
-        "packet": bytearray(packet),
+        "to_process": size,
+        "packet": bytearray(packets),
         "info": None,
         "parley": True,
     }
     queue.append(entry)
     paho._call_socket_register_write()
-    return True
 
 
 def route_pubacks(
@@ -156,7 +161,7 @@ def route_pubacks(
 
 def loop_read(paho: paho_mqtt.Client, also: int) -> int:
     """paho's ``loop_read``, reading up to ``also`` more packets a call than paho would: paho
-    reads as many as it has messages in flight, and the PUBLISHes :func:`queue_packet` sent
+    reads as many as it has messages in flight, and the PUBLISHes :func:`queue_packets` sent
     are not among them, so their PUBACKs would be read one per readiness of the socket."""
     if paho._sock is None:
         return paho_mqtt.MQTT_ERR_NO_CONN
@@ -172,18 +177,22 @@ def loop_read(paho: paho_mqtt.Client, also: int) -> int:
 
 
 _PEEK = 65536
+# The fixed bytes of a run of ``n`` PUBACKs of one shape, by (size, n): every packet type, then
+# every remaining length (bounded memo; a read holds up to a few hundred PUBACKs).
+_HEADS: dict[tuple[int, int], bytes] = {}
+_LITTLE = sys.byteorder == "little"
 
 
 def take_pubacks(
     paho: paho_mqtt.Client,
     owns: Callable[[int], bool],
-    acked: Callable[[list[tuple[int, int]]], None],
+    acked: Callable[[list[int]], None],
 ) -> bool:
     """Read the plain PUBACKs (a packet identifier ``owns`` claims, then a success-class reason
     or none) at the head of what the socket holds, in one read, before paho reads the rest
-    packet by packet (three ``recv`` calls and a parse each), and hand them to ``acked`` in one
-    list of ``(mid, reason)``. Only between packets, and only on a plain TCP socket (a TLS
-    socket cannot be peeked at); anything else is left to paho.
+    packet by packet (three ``recv`` calls and a parse each), and hand their packet
+    identifiers to ``acked`` in one list. Only between packets, and only on a plain TCP socket
+    (a TLS socket cannot be peeked at); anything else is left to paho.
 
     True when it took all the socket held (nothing for paho to read now: a ``recv`` that
     would only say so is saved; the socket's readiness reports what arrives later)."""
@@ -198,36 +207,77 @@ def take_pubacks(
         data = sock.recv(_PEEK, socket.MSG_PEEK)
     except OSError:
         return False  # nothing there, or a broken socket that paho's read reports
-    taken: list[tuple[int, int]] = []
-    i, end = 0, len(data)
-    while i + 4 <= end and data[i] == 0x40:
-        size = data[i + 1]
-        if size == 2:
-            reason = 0
-        elif (
-            size in (3, 4)
-            and i + 2 + size <= end
-            and data[i + 4] < 0x80
-            and (size == 3 or data[i + 5] == 0)  # no properties
-        ):
-            reason = data[i + 4]
-        else:
-            break
-        mid = (data[i + 2] << 8) | data[i + 3]
-        if not owns(mid):
-            break
-        taken.append((mid, reason))
-        i += 2 + size
-    if not taken:
-        return False
+    end = len(data)
+    mids = _uniform_pubacks(data, end)
+    if mids is not None and all(map(owns, mids)):
+        i = end
+    else:
+        mids, i = _pubacks(data, end, owns)
+        if not mids:
+            return False
     got = 0
     while got < i:  # the bytes are there (peeked): take exactly them
         chunk = sock.recv(i - got)
         if not chunk:
             return False
         got += len(chunk)
-    acked(taken)
+    acked(mids)
     return i == end < _PEEK
+
+
+def _uniform_pubacks(data: bytes, end: int) -> list[int] | None:
+    """The packet identifiers of ``data`` when it is nothing but whole PUBACKs of one shape
+    (what a broker sends back for a burst of publishes: ``40 02 id id``, or ``40 03 id id
+    reason`` with a success-class reason, Mosquitto's 0x10 where no one subscribes), read in a
+    few C-level slices rather than packet by packet; None otherwise."""
+    if end < 4 or data[0] != 0x40:
+        return None
+    size = data[1]
+    step = size + 2
+    if size not in (2, 3) or end % step:
+        return None
+    n = end // step
+    heads = _HEADS.get((size, n))
+    if heads is None:
+        if len(_HEADS) >= 1024:
+            _HEADS.clear()
+        heads = _HEADS[(size, n)] = b"\x40" * n + bytes((size,)) * n
+    if data[0::step] + data[1::step] != heads:
+        return None
+    if size == 3 and max(data[4::step]) >= 0x80:
+        return None  # a refusal: paho's path, which logs it
+    if size == 2:
+        ids = array("H", data)[1::2]  # every other 16-bit word is a packet identifier
+    else:
+        pairs = bytearray(2 * n)
+        pairs[0::2] = data[2::step]
+        pairs[1::2] = data[3::step]
+        ids = array("H", pairs)
+    if _LITTLE:
+        ids.byteswap()  # packet identifiers are big-endian
+    return ids.tolist()
+
+
+def _pubacks(data: bytes, end: int, owns: Callable[[int], bool]) -> tuple[list[int], int]:
+    """The plain PUBACKs at the head of ``data``, one by one: their packet identifiers and the
+    bytes they take."""
+    mids: list[int] = []
+    i = 0
+    while i + 4 <= end and data[i] == 0x40:
+        size = data[i + 1]
+        if size != 2 and not (
+            size in (3, 4)
+            and i + 2 + size <= end
+            and data[i + 4] < 0x80
+            and (size == 3 or data[i + 5] == 0)  # no properties
+        ):
+            break
+        mid = (data[i + 2] << 8) | data[i + 3]
+        if not owns(mid):
+            break
+        mids.append(mid)
+        i += 2 + size
+    return mids, i
 
 
 def raw_topic(message: paho_mqtt.MQTTMessage) -> bytes:

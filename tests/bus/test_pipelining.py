@@ -51,3 +51,27 @@ async def test_a_small_window_passes_many_messages_heard_or_not(
             while sender.pending:
                 await asyncio.sleep(0.05)
         assert sender.stats.rejected == 0
+
+
+async def test_acknowledgements_of_both_forms_in_one_read_free_the_window(
+    mosquitto_broker: MqttBroker,
+) -> None:
+    # Publishes to a heard and an unheard topic in turn: the broker's PUBACKs alternate between
+    # success and "no matching subscribers", and a read holds both forms.
+    async with mosquitto_broker.bus(max_inflight=8) as sender, mosquitto_broker.bus() as hearer:
+        heard = hearer.subscribe(topics.events(RUN, "mixed"), maxsize=1000)
+        await heard.ready()
+        for n in range(300):
+            topic = topics.events(RUN, "mixed" if n % 2 else "nobody")
+            await asyncio.wait_for(sender.publish(topic, event(n)), 30)
+        got: list[int] = []
+        async with asyncio.timeout(60):
+            async for delivery in heard:
+                got.append(delivery.message.turn)
+                if len(got) == 150:
+                    break
+        assert got == list(range(1, 300, 2))  # all, once each, in order
+        async with asyncio.timeout(30):
+            while sender.pending:
+                await asyncio.sleep(0.05)
+        assert sender.stats.rejected == 0
