@@ -85,6 +85,19 @@ async def test_a_record_that_cannot_be_encoded_becomes_an_error_and_the_run_goes
     every_line_parses(folder.transcripts)
 
 
+async def test_each_line_is_its_record_as_json_dumps_writes_it(tmp_path: Path) -> None:
+    """The writer adds the transcript's place to the record's JSON that ``safely`` made (it
+    does not encode the record twice): the line is what ``json.dumps`` of the record gives."""
+    config = load_config(wire_config(2))
+    outcome = await run_experiment(config, tmp_path / "run")
+    lines = (tmp_path / "run" / "episodes.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and outcome.progress.done == 2
+    for line in lines:
+        record = json.loads(line)
+        assert list(record)[-1] == "transcript"
+        assert line == json.dumps(record)
+
+
 async def test_episodes_that_end_soon_after_a_sync_share_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
