@@ -9,6 +9,9 @@ from functools import lru_cache
 ROOT = "parley"
 _ID = re.compile(r"^[A-Za-z0-9_.:@=-]{1,128}$")
 CHANNELS = ("agent", "gm", "events", "state", "control", "private")
+# Second levels that are the run's own (parley/<run>/<level>...), where an episode's id stands
+# in an episode's topics: no episode may be named one of them (the run's ids never are).
+RUN_LEVELS = frozenset({"results", "jobs", "control", "workers", "status"})
 
 
 class TopicError(ValueError):
@@ -256,7 +259,8 @@ class Topic:
 
 
 def parse(topic: str) -> Topic:
-    """Split a parley topic into its parts, or raise :class:`TopicError`."""
+    """Split a parley topic into its parts, or raise :class:`TopicError`. A second level in
+    :data:`RUN_LEVELS` is read as the run's own topic, never as an episode's."""
     levels = topic.split("/")
     if len(levels) < 3 or levels[0] != ROOT:
         raise TopicError(f"{topic!r} is not a parley topic (parley/<run>/...)")

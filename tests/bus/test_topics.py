@@ -58,9 +58,21 @@ def test_parse_rejects_foreign_topics(topic: str) -> None:
 
 
 ident = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABC0123456789_.:@=-", min_size=1, max_size=20)
+episodes = ident.filter(lambda name: name not in topics.RUN_LEVELS)
 
 
-@given(run=ident, episode=ident, role=ident)
+@pytest.mark.parametrize(
+    ("topic", "expected"),
+    [
+        ("parley/r/workers/events", topics.Topic("r", None, "workers", "events")),
+        ("parley/r/status/gm", topics.Topic("r", None, "status", "gm")),
+    ],
+)
+def test_a_run_level_is_never_read_as_an_episode(topic: str, expected: topics.Topic) -> None:
+    assert topics.parse(topic) == expected
+
+
+@given(run=ident, episode=episodes, role=ident)
 def test_builders_and_parser_round_trip(run: str, episode: str, role: str) -> None:
     assert topics.parse(topics.agent_inbox(run, episode, role)) == topics.Topic(
         run, episode, "agent", role
