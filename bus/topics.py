@@ -265,22 +265,24 @@ def parse(topic: str) -> Topic:
     if len(levels) < 3 or levels[0] != ROOT:
         raise TopicError(f"{topic!r} is not a parley topic (parley/<run>/...)")
     run = levels[1]
-    if len(levels) == 3 and levels[2] in ("results", "jobs", "control"):
-        return Topic(run=run, episode=None, channel=levels[2])
-    if len(levels) == 4 and levels[2] == "jobs" and levels[3] == "done":
-        return Topic(run=run, episode=None, channel="job_results")
-    if len(levels) == 4 and levels[2] == "workers":
-        # A worker's heartbeat; ``role`` holds the worker's id.
-        return Topic(run=run, episode=None, channel="workers", role=levels[3])
+    if levels[2] in RUN_LEVELS:
+        if len(levels) == 3 and levels[2] in ("results", "jobs", "control"):
+            return Topic(run=run, episode=None, channel=levels[2])
+        if len(levels) == 4 and levels[2] == "jobs" and levels[3] == "done":
+            return Topic(run=run, episode=None, channel="job_results")
+        if len(levels) == 4 and levels[2] == "workers":
+            # A worker's heartbeat; ``role`` holds the worker's id.
+            return Topic(run=run, episode=None, channel="workers", role=levels[3])
+        if len(levels) == 4 and levels[2] == "status":
+            # A process's status; ``role`` holds the process name (main, w0 …).
+            return Topic(run=run, episode=None, channel="status", role=levels[3])
+        raise TopicError(f"{topic!r} is not one of the run's own topics")
     if len(levels) == 5 and levels[3] == "state" and levels[4] == "private":
         return Topic(run=run, episode=levels[2], channel="private_state")
     if len(levels) == 5 and levels[3] == "private":
         return Topic(run=run, episode=levels[2], channel="private", role=levels[4])
     if len(levels) == 4 and levels[3] in ("gm", "events", "state", "control"):
         return Topic(run=run, episode=levels[2], channel=levels[3])
-    if len(levels) == 4 and levels[2] == "status":
-        # A process's status; ``role`` holds the process name (main, w0 …).
-        return Topic(run=run, episode=None, channel="status", role=levels[3])
     if len(levels) == 5 and levels[3] == "agent":
         return Topic(run=run, episode=levels[2], channel="agent", role=levels[4])
     raise TopicError(f"{topic!r} does not follow parley/<run>/<episode>/<channel>")
