@@ -124,6 +124,8 @@ class Encoder:
             tuple[tuple[str, ...], tuple[type, ...]], tuple[bytes, tuple[int, ...]]
         ] = {}
         self._names: dict[str, bytes] = {}
+        # a list of strings, as a tuple -> its AnyValue JSON
+        self._arrays: dict[tuple[str, ...], bytes] = {}
         # trace id -> its hex (an episode's spans share one)
         self._trace_ids: dict[int, bytes] = {}
         self._resources: dict[int, tuple[Any, bytes]] = {}
@@ -167,8 +169,21 @@ class Encoder:
                 b'{"key":' + _dumps(k).replace(b"%", b"%%") + b',"value":%b}' for k in keys
             )
         for i in others:
-            encoded[i] = _any_json(values[i])
+            encoded[i] = self._other(values[i])
         return template % tuple(encoded)
+
+    def _other(self, value: Any) -> bytes:
+        """The ``AnyValue`` JSON of a value the templates do not wrap: a list of strings (a
+        chat span's finish reasons) encoded once, others each time."""
+        if type(value) in (list, tuple) and all(type(v) is str for v in value):
+            key = tuple(value)
+            found = self._arrays.get(key)
+            if found is None:
+                if len(self._arrays) >= self.CACHE_MAX:
+                    self._arrays.clear()
+                found = self._arrays[key] = _any_json(value)
+            return found
+        return _any_json(value)
 
     def _resource(self, resource: Any) -> bytes:
         found = self._resources.get(id(resource))

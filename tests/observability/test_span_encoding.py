@@ -266,3 +266,14 @@ def test_a_traceparent_made_here_comes_back_as_the_context_parsing_would_give() 
         span.get_span_context().span_id,
     )
     assert kept.trace_state == parsed.trace_state
+
+
+def test_lists_of_strings_encode_the_same_from_the_cache() -> None:
+    sink = Sink()
+    tracer = LightTracer(Resource.create({}), [sink])
+    cases: list[Any] = [["stop"], ("stop",), [], ["a", "b"], ["a", 1], [1], [True], [1.0], [-0.0]]
+    for value in cases * 2:  # the second time from the cache
+        tracer.start_span("s", attributes={"v": value, "n": 1}).end()
+    encoded = spans_of(Encoder().line(sink.spans))
+    for span, value in zip(encoded, cases * 2, strict=True):
+        assert span["attributes"][0]["value"] == json.loads(orjson.dumps(any_value(value)))
