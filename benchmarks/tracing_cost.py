@@ -9,6 +9,11 @@ run made. Wall time is printed but says little on a shared machine.
 
     python benchmarks/tracing_cost.py                          # 300 episodes, 4 rounds
     python benchmarks/tracing_cost.py --episodes 600 --rounds 6 --content --messages
+    # By instructions, steady on a busy machine: one run per mode after a warm-up, each in a
+    # dump of its own (cg.out.2 untraced, cg.out.4 traced; --marks calls os.getppid() around
+    # every measured run; the stand-in server is another process, not counted)
+    valgrind --tool=callgrind --dump-before=os_getppid --callgrind-out-file=cg.out \
+        python benchmarks/tracing_cost.py --episodes 100 --warmup 100 --rounds 1 --marks
 
 Writes benchmarks/results/tracing_cost.json.
 """
@@ -19,6 +24,7 @@ import argparse
 import asyncio
 import gc
 import json
+import os
 import platform
 import statistics
 import sys
@@ -75,9 +81,13 @@ async def one_run(url: str, args: argparse.Namespace, tracing: dict[str, Any]) -
     config = run_config(url, args.episodes, args.concurrency, tracing)
     with tempfile.TemporaryDirectory(prefix="parley-tracing-cost-") as folder:
         gc.collect()
+        if args.marks:
+            os.getppid()
         cpu0, wall0 = time.process_time(), time.perf_counter()
         outcome = await run_experiment(config, Path(folder))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        if args.marks:
+            os.getppid()
         requests = sum(
             int(stats.get("requests") or 0)
             for record in outcome.records
@@ -93,7 +103,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     modes["on"] = {"enabled": True, "content": args.content, "messages": args.messages}
     rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     with SimServerProcess(sim_config()) as server:
-        await one_run(server.openai_url, args, modes["on"])  # warm-up: imports, first sockets
+        # Warm-up: imports, first sockets, caches (untimed, unmarked).
+        warm = argparse.Namespace(**{**vars(args), "marks": False})
+        if args.warmup is not None:
+            warm.episodes = args.warmup
+        if warm.episodes:
+            await one_run(server.openai_url, warm, modes["on"])
         for r in range(args.rounds):
             order = list(modes) if r % 2 == 0 else list(reversed(modes))
             for mode in order:
@@ -129,6 +144,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="off/on pairs, interleaved")
     parser.add_argument("--content", action="store_true", help="record message content too")
     parser.add_argument("--messages", action="store_true", help="bus publish/receive spans too")
+    parser.add_argument(
+        "--warmup", type=int, default=None, help="episodes of the untimed warm-up (--episodes)"
+    )
+    parser.add_argument(
+        "--marks",
+        action="store_true",
+        help="call os.getppid() before and after each run (valgrind --dump-before=os_getppid)",
+    )
     args = parser.parse_args()
     result = asyncio.run(main_async(args))
     s = result["summary"]
