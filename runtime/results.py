@@ -372,7 +372,9 @@ class EncodedResult:
     # For the run's metrics, when the episode was played in a worker process
     # (parley.observability.metrics.episode_summary).
     metrics: dict[str, Any] | None = None
-    # ``record`` as ``json.dumps`` writes it, when that was done already (:meth:`safely`).
+    # ``record`` as ``json.dumps`` writes it, when that was done already (:meth:`safely`
+    # always does, and a worker's frame brings it): the writer takes it as it is, so whoever
+    # changes ``record`` afterwards sets this back to None.
     record_json: str | None = None
 
     @classmethod
@@ -389,7 +391,9 @@ class EncodedResult:
             return encoded
         except Exception as exc:
             log.warning("episode %s could not be recorded as played: %s", result.spec.id, exc)
-            return cls.of(unrecordable(result, exc), run)
+            encoded = cls.of(unrecordable(result, exc), run)
+            encoded.record_json = json.dumps(encoded.record)
+            return encoded
 
 
 def unrecordable(result: EpisodeResult, exc: BaseException) -> EpisodeResult:

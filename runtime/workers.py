@@ -79,7 +79,10 @@ _FRAME = struct.Struct(">IB")
 # can be the cause); one in flight at MAX_DEATHS deaths is recorded as an error, not retried.
 ALONE_AFTER_DEATHS = 2
 MAX_DEATHS = 3
-_HEADER = struct.Struct(">I")
+# A result frame's header's length, and its record's (which starts after _RECORD).
+_HEADER = struct.Struct(">II")
+_RECORD = b'{"record": '
+
 ROOT = Path(__file__).resolve().parents[1]
 log = logging.getLogger("parley.runtime.workers")
 
@@ -94,37 +97,26 @@ async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return bytes([kind]), await reader.readexactly(length)
 
 
-def pack_result(result: EncodedResult, record: bytes | None = None) -> bytes:
-    """A finished episode as one payload: a JSON header, then the transcript and image bytes.
-    ``record``: the record as JSON already (:func:`encode_result`), put in the header as it is."""
-    if record is None:
-        record = json.dumps(result.record).encode()
+def pack_result(result: EncodedResult) -> bytes:
+    """A finished episode as one payload: a JSON header, then the transcript and image bytes
+    (the record as :meth:`EncodedResult.safely` encoded it, when it did)."""
+    record_json = result.record_json
+    record = (record_json if record_json is not None else json.dumps(result.record)).encode()
     # The header json.dumps would write for {"record", "transcript", "images", "metrics"}.
     images = json.dumps([[sha, len(data)] for sha, data in result.images.items()])
-    header = b'{"record": %s, "transcript": %d, "images": %s, "metrics": %s}' % (
+    header = _RECORD + b'%s, "transcript": %d, "images": %s, "metrics": %s}' % (
         record,
         len(result.transcript),
         images.encode(),
         json.dumps(result.metrics).encode(),
     )
-    return b"".join([_HEADER.pack(len(header)), header, result.transcript, *result.images.values()])
-
-
-def encode_result(result: EpisodeResult, run: str) -> tuple[EncodedResult, bytes]:
-    """:meth:`EncodedResult.safely` and its record as JSON, encoded once: that encoding is
-    the test that the record can be written (``safely`` encodes it for that alone, and the
-    frame's header would encode it again)."""
-    try:
-        encoded = EncodedResult.of(result, run)
-        return encoded, json.dumps(encoded.record).encode()
-    except Exception:
-        # What cannot be recorded as played: safely's error record, and its warning.
-        encoded = EncodedResult.safely(result, run)
-        return encoded, json.dumps(encoded.record).encode()
+    return b"".join(
+        [_HEADER.pack(len(header), len(record)), header, result.transcript, *result.images.values()]
+    )
 
 
 def unpack_result(payload: bytes) -> EncodedResult:
-    (size,) = _HEADER.unpack_from(payload)
+    size, record_size = _HEADER.unpack_from(payload)
     at = _HEADER.size + size
     # orjson, and the standard library for what it refuses (NaN, integers over 64 bits), so
     # that the parent gets the record the worker had.
@@ -135,7 +127,10 @@ def unpack_result(payload: bytes) -> EncodedResult:
     for sha, length in header["images"]:
         images[sha] = payload[at : at + length]
         at += length
-    return EncodedResult(header["record"], transcript, images, header.get("metrics"))
+    # The record's JSON as the worker wrote it (json.dumps: ASCII), for the writer to take.
+    start = _HEADER.size + len(_RECORD)
+    record_json = payload[start : start + record_size].decode("ascii")
+    return EncodedResult(header["record"], transcript, images, header.get("metrics"), record_json)
 
 
 def split(total: int, parts: int) -> list[int]:
@@ -599,11 +594,11 @@ class _FrameSink:
         while True:
             result, future = await self._queue.get()
             try:
-                encoded, record = encode_result(result, self.run)
+                encoded = EncodedResult.safely(result, self.run)
                 # The parent keeps the run's metrics: it has CPU to spare, the workers do not.
                 if self.metrics:
                     encoded.metrics = episode_summary(result)
-                self.link.write(frame(b"R", pack_result(encoded, record)))
+                self.link.write(frame(b"R", pack_result(encoded)))
                 await self.link.drain()
             except Exception as exc:
                 future.set_exception(exc)

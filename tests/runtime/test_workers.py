@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import math
 import os
@@ -21,7 +22,6 @@ from parley.runtime.results import EncodedResult, RunFolder
 from parley.runtime.scheduler import run_experiment
 from parley.runtime.workers import (
     WorkerScheduler,
-    encode_result,
     pack_result,
     split,
     unpack_result,
@@ -205,7 +205,8 @@ def test_result_frames_round_trip() -> None:
         {"a" * 64: b"\x89PNG one", "b" * 64: b"\x89PNG two, longer"},
     )
     back = unpack_result(pack_result(result))
-    assert back == result
+    assert dataclasses.replace(back, record_json=None) == result
+    assert back.record_json == json.dumps(result.record)
 
 
 def test_shares_of_concurrency_and_endpoint_limits() -> None:
@@ -241,35 +242,40 @@ def test_workers_setting_is_checked() -> None:
 
 
 def test_a_frame_carries_the_record_encoded_once() -> None:
-    """The header around a record encoded ahead is what json.dumps writes for the whole."""
+    """The header around a record encoded ahead (by EncodedResult.safely) is what json.dumps
+    writes for the whole."""
     result = EncodedResult(
         {"episode": "e1", "outcome": "success", "score": float("nan"), "big": 1 << 70},
         b"line\n",
         {"c" * 64: b"\x89PNG"},
         {"turns": 2},
     )
-    payload = pack_result(result, json.dumps(result.record).encode())
+    ahead = dataclasses.replace(result, record_json=json.dumps(result.record))
+    payload = pack_result(ahead)
     assert payload == pack_result(result)
-    (size,) = struct.unpack_from(">I", payload)
+    size, record_size = struct.unpack_from(">II", payload)
     whole = {
         "record": result.record,
         "transcript": 5,
         "images": [["c" * 64, 4]],
         "metrics": {"turns": 2},
     }
-    assert payload[4 : 4 + size] == json.dumps(whole).encode()
+    assert payload[8 : 8 + size] == json.dumps(whole).encode()
+    assert record_size == len(json.dumps(result.record))
     back = unpack_result(payload)
     assert back.record["big"] == 1 << 70 and math.isnan(back.record["score"])
+    assert back.record_json == json.dumps(result.record)  # the parent's writer takes it
 
 
 def test_an_episode_whose_record_cannot_be_encoded_goes_back_as_an_error() -> None:
     spec = EpisodeSpec(id="e1", game="clem.reference", seed=0, players={})
     played = EpisodeResult(spec=spec, outcome="success", scores={"odd": object()}, turns=3)  # type: ignore[dict-item]
-    encoded, record = encode_result(played, "run-1")
-    assert json.loads(record) == encoded.record
+    encoded = EncodedResult.safely(played, "run-1")
+    assert encoded.record_json is not None and json.loads(encoded.record_json) == encoded.record
     assert encoded.record["outcome"] == "error" and encoded.record["turns"] == 3
     assert "could not be written" in encoded.record["reason"]
+    assert unpack_result(pack_result(encoded)).record == encoded.record
     fine = EpisodeResult(spec=spec, outcome="success", turns=3)
-    encoded, record = encode_result(fine, "run-1")
-    assert record == json.dumps(fine.record("run-1")).encode()
+    encoded = EncodedResult.safely(fine, "run-1")
+    assert encoded.record_json == json.dumps(fine.record("run-1"))
     assert encoded.record["outcome"] == "success"
