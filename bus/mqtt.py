@@ -6,8 +6,9 @@ throughput or flow control:
 
 - **publishing** goes straight to paho's write queue (the packets of one pass of the event loop
   together, at its end), and the PUBACKs are read as they come, so up to ``max_inflight`` QoS 1
-  messages are on the wire at a time (aiomqtt's ``publish`` awaits each PUBACK in turn). Every unacknowledged message stays in an ordered pending table
-  until its PUBACK arrives, and is sent again, in order, on the next connection;
+  messages are on the wire at a time (aiomqtt's ``publish`` awaits each PUBACK in turn). Every
+  unacknowledged message stays in an ordered pending table until its PUBACK arrives, and is sent
+  again, in order, on the next connection;
 - **receiving** uses paho's manual acknowledgement and the MQTT 5 Receive Maximum: a message is
   acknowledged only after it sits in every matching local mailbox, so a full mailbox stops the
   acknowledgements and the broker stops sending (and queues: see ``configs/mosquitto.conf``).
