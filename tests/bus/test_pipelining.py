@@ -9,7 +9,9 @@ import asyncio
 import pytest
 
 from parley.bus import topics
+from parley.bus.base import Subscription
 from parley.bus.messages import TextPart, TranscriptEvent
+from parley.bus.mqtt import MqttBus
 from tests.fixtures.broker import MqttBroker
 
 pytestmark = pytest.mark.anyio
@@ -28,6 +30,25 @@ def event(n: int) -> TranscriptEvent:
     )
 
 
+async def turns_heard(heard: Subscription, n: int) -> list[int]:
+    """The turns of the next ``n`` messages ``heard`` gets."""
+    got: list[int] = []
+    async with asyncio.timeout(60):
+        async for delivery in heard:
+            got.append(delivery.message.turn)
+            if len(got) == n:
+                break
+    return got
+
+
+async def all_acknowledged(sender: MqttBus) -> None:
+    """Wait until the broker has acknowledged all ``sender`` published, and refused none."""
+    async with asyncio.timeout(30):
+        while sender.pending:
+            await asyncio.sleep(0.05)
+    assert sender.stats.rejected == 0
+
+
 async def test_a_small_window_passes_many_messages_heard_or_not(
     mosquitto_broker: MqttBroker,
 ) -> None:
@@ -40,17 +61,8 @@ async def test_a_small_window_passes_many_messages_heard_or_not(
         await heard.ready()
         for n in range(200):  # acknowledged as success
             await asyncio.wait_for(sender.publish(topics.events(RUN, "e1"), event(n)), 30)
-        got: list[int] = []
-        async with asyncio.timeout(60):
-            async for delivery in heard:
-                got.append(delivery.message.turn)
-                if len(got) == 200:
-                    break
-        assert got == list(range(200))  # all, once each, in order
-        async with asyncio.timeout(30):
-            while sender.pending:
-                await asyncio.sleep(0.05)
-        assert sender.stats.rejected == 0
+        assert await turns_heard(heard, 200) == list(range(200))  # all, once each, in order
+        await all_acknowledged(sender)
 
 
 async def test_acknowledgements_of_both_forms_in_one_read_free_the_window(
@@ -64,14 +76,5 @@ async def test_acknowledgements_of_both_forms_in_one_read_free_the_window(
         for n in range(300):
             topic = topics.events(RUN, "mixed" if n % 2 else "nobody")
             await asyncio.wait_for(sender.publish(topic, event(n)), 30)
-        got: list[int] = []
-        async with asyncio.timeout(60):
-            async for delivery in heard:
-                got.append(delivery.message.turn)
-                if len(got) == 150:
-                    break
-        assert got == list(range(1, 300, 2))  # all, once each, in order
-        async with asyncio.timeout(30):
-            while sender.pending:
-                await asyncio.sleep(0.05)
-        assert sender.stats.rejected == 0
+        assert await turns_heard(heard, 150) == list(range(1, 300, 2))  # all, once each, in order
+        await all_acknowledged(sender)
