@@ -236,12 +236,6 @@ class Encoder:
         found = self._names[name] = orjson.dumps(name)
         return found
 
-    def span(self, span: ReadableSpan) -> bytes:
-        """One span's OTLP JSON."""
-        out: list[bytes] = []
-        self._span(span, out)
-        return b"".join(out)
-
     def _span(self, span: ReadableSpan, out: list[bytes]) -> None:
         """Append the pieces of one span's OTLP JSON to ``out`` (joined once per line: each
         span's bytes copied once, not again for its scope, its resource and the line)."""

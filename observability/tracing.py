@@ -342,14 +342,6 @@ _SPAN_ID_MAX = 2**64 - 1
 _FLAGS = (TraceFlags(TraceFlags.DEFAULT), TraceFlags(TraceFlags.SAMPLED))
 
 
-def extract(traceparent: str | None) -> Any:
-    """An OpenTelemetry context whose parent is the span named by ``traceparent``."""
-    ctx = span_context(traceparent)
-    if ctx is None:
-        return None
-    return trace.set_span_in_context(NonRecordingSpan(ctx))
-
-
 def parent_context(traceparent: str | None) -> Any:
     """The context a handler's span should take for a message carrying ``traceparent``.
 
@@ -360,8 +352,8 @@ def parent_context(traceparent: str | None) -> Any:
     the hierarchy is episode → turn → invoke_agent on every transport.
 
     The context holds the parent span only (not a copy of the current context, as
-    :func:`extract`'s): a tracer reads nothing else of a new span's parent context, and the
-    span is made current in the caller's own context.
+    ``trace.set_span_in_context``'s): a tracer reads nothing else of a new span's parent
+    context, and the span is made current in the caller's own context.
     """
     if _active.get().message_spans and current_span().get_span_context().is_valid:
         return None
