@@ -324,6 +324,12 @@ def _parsed(parse: Callable[[Any], Reply], body: bytes) -> Reply:
     return reply
 
 
+def _error_status(status: int, headers: Mapping[str, str], body: bytes) -> Failure:
+    """An error response of direct transport, classified, with the start of its body."""
+    text = body.decode("utf-8", "replace").strip()
+    return status_failure(status, headers, f"HTTP {status}: {text[:300]}")
+
+
 def _http_client(module: Any, spec: ModelSpec) -> httpx2.AsyncClient:
     import httpx2
 
@@ -473,16 +479,12 @@ class DirectTransport:
         if self.http1 is not None and not stream:
             got = await self.http1.post(_dumps(body), headers)
             if got.status >= 400:
-                text = got.body.decode("utf-8", "replace").strip()
-                raise status_failure(got.status, got.headers, f"HTTP {got.status}: {text[:300]}")
+                raise _error_status(got.status, got.headers, got.body)
             return _parsed(self.backend.parse, got.body)
         start = time.monotonic()
         async with self.session.post(self.target, data=_dumps(body), headers=headers) as response:
             if response.status >= 400:
-                text = (await response.read()).decode("utf-8", "replace").strip()
-                raise status_failure(
-                    response.status, response.headers, f"HTTP {response.status}: {text[:300]}"
-                )
+                raise _error_status(response.status, response.headers, await response.read())
             if not stream:
                 return _parsed(self.backend.parse, await response.read())
             acc = self.backend.accumulator()
