@@ -12,6 +12,7 @@ import pytest
 from parley.bus import codec, topics
 from parley.bus.codec import encode, sent_by_reference
 from parley.bus.messages import ImagePart, StateUpdate, TextPart, TranscriptEvent
+from parley.bus.mqtt import MqttBus
 from tests.bus import support
 from tests.bus.support import numbers, take
 from tests.fixtures.broker import MqttBroker
@@ -29,9 +30,9 @@ def state(i: int, episode: str = "e1") -> StateUpdate:
     return StateUpdate(run=RUN, episode=episode, sender="gm", step=i, data={"i": i})
 
 
-async def drained(bus: object, timeout: float = 15.0) -> None:
+async def drained(bus: MqttBus, timeout: float = 15.0) -> None:
     async with asyncio.timeout(timeout):
-        while bus.pending:  # type: ignore[attr-defined]
+        while bus.pending:
             await asyncio.sleep(0.01)
 
 
