@@ -372,28 +372,28 @@ class EncodedResult:
     # For the run's metrics, when the episode was played in a worker process
     # (parley.observability.metrics.episode_summary).
     metrics: dict[str, Any] | None = None
-    # ``record`` as ``json.dumps`` writes it, when that was done already (:meth:`safely`
-    # always does, and a worker's frame brings it): the writer takes it as it is, so whoever
-    # changes ``record`` afterwards sets this back to None.
+    # ``record`` as ``json.dumps`` writes it, when that was done already (:meth:`of` does, and
+    # a worker's frame brings it): the writer takes it as it is, so whoever changes ``record``
+    # afterwards sets this back to None.
     record_json: str | None = None
 
     @classmethod
     def of(cls, result: EpisodeResult, run: str) -> EncodedResult:
-        return cls(result.record(run), encode_transcript(result.transcript), result.images)
+        """``result`` encoded, its record's JSON included (which raises where it cannot be)."""
+        record = result.record(run)
+        encoded = cls(record, encode_transcript(result.transcript), result.images)
+        encoded.record_json = json.dumps(record)
+        return encoded
 
     @classmethod
     def safely(cls, result: EpisodeResult, run: str) -> EncodedResult:
         """:meth:`of`, or, for an episode whose record cannot be encoded, an ``error`` record
         that says why (what it played to, the cause), so the run records it and goes on."""
         try:
-            encoded = cls.of(result, run)
-            encoded.record_json = json.dumps(encoded.record)  # the test, and the line's start
-            return encoded
+            return cls.of(result, run)
         except Exception as exc:
             log.warning("episode %s could not be recorded as played: %s", result.spec.id, exc)
-            encoded = cls.of(unrecordable(result, exc), run)
-            encoded.record_json = json.dumps(encoded.record)
-            return encoded
+            return cls.of(unrecordable(result, exc), run)
 
 
 def unrecordable(result: EpisodeResult, exc: BaseException) -> EpisodeResult:
