@@ -95,8 +95,8 @@ class LightSpan(ReadableSpan, trace.Span):
     """A recording span that is its own readable (exported) form.
 
     What most spans never change is a class attribute (no events, links or status, not ended):
-    a span's own fields are set in one go (:meth:`LightTracer.start_span` fills its
-    ``__dict__``), a third of what ``ReadableSpan.__init__`` would set and copy.
+    a span's own fields are set in one go (:meth:`LightTracer.start_child`, the only maker of
+    one, fills its ``__dict__``), a third of what ``ReadableSpan.__init__`` would set and copy.
     """
 
     _instrumentation_info = None
@@ -107,38 +107,6 @@ class LightSpan(ReadableSpan, trace.Span):
     _record_exception = True
     _set_status_on_exception = True
     _traceparent: str | None = None
-
-    def __init__(
-        self,
-        name: str,
-        context: SpanContext,
-        parent: SpanContext | None,
-        resource: Resource,
-        attributes: dict[str, Any],
-        links: Sequence[Link],
-        kind: SpanKind,
-        scope: InstrumentationScope,
-        processors: tuple[SpanProcessor, ...],
-        record_exception: bool,
-        set_status_on_exception: bool,
-        start_time: int,
-    ) -> None:
-        # ReadableSpan's fields, set directly (its __init__ would copy and wrap them).
-        self._name = name
-        self._context = context
-        self._kind = kind
-        self._instrumentation_scope = scope
-        self._parent = parent
-        self._start_time = start_time
-        self._attributes = attributes
-        self._resource = resource
-        self._processors = processors
-        if links:
-            self._links = tuple(links)
-        if not record_exception:
-            self._record_exception = False
-        if not set_status_on_exception:
-            self._set_status_on_exception = False
 
     def traceparent(self) -> str:
         """This span's W3C traceparent (made once: every message it sends carries it), kept
