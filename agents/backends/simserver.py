@@ -863,13 +863,14 @@ class _FastHttp(asyncio.Protocol):
             self._hand_over()
             return
         start = end + 4
-        if len(buffer) < start + int(length):
+        stop = start + int(length)
+        if len(buffer) < stop:
             return  # the body is still coming
-        body = bytes(buffer[start : start + int(length)])
+        body = bytes(buffer[start:stop])
         if b'"stream"' in body:
             self._hand_over()  # maybe streamed: aiohttp's StreamResponse writes those
             return
-        del buffer[: start + int(length)]
+        del buffer[:stop]
         keep_alive = "close" not in headers.get("connection", "").lower()
         self.task = asyncio.get_running_loop().create_task(
             self._answer(_FastRequest(headers, body), keep_alive)
