@@ -137,3 +137,10 @@ def test_a_remembered_payload_still_obeys_the_size_limit() -> None:
     payload = encode(message, remember=True)
     with pytest.raises(codec.PayloadTooLarge):
         encode(message, inline_images=False, max_bytes=len(payload) - 1)
+
+
+def test_a_shared_filter_excludes_from_batches_what_its_filter_matches() -> None:
+    bus = MqttBus("localhost", batch_exclude=("$share/g/parley/+/jobs", "parley/+/+/gm"))
+    assert not bus._may_batch(topics.jobs(RUN))
+    assert not bus._may_batch(topics.gm_inbox(RUN, "e1"))
+    assert bus._may_batch(topics.events(RUN, "e1"))
