@@ -32,7 +32,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.propagation import _SPAN_KEY as _SPAN_KEY_OF_API
+from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
 _attach = otel_context.attach
@@ -43,7 +43,6 @@ _runtime = otel_context._RUNTIME_CONTEXT
 _context_var: Any = (
     _runtime._current_context if isinstance(_runtime, ContextVarsRuntimeContext) else None
 )
-_SPAN_KEY = _SPAN_KEY_OF_API
 _INVALID_SPAN = trace.INVALID_SPAN
 
 
