@@ -68,10 +68,13 @@ def config(
 
 
 def process_cpu(pid: int | None) -> float:
-    """CPU seconds (user and system) of another process so far, from /proc (0 elsewhere)."""
+    """CPU seconds (user and system) of another process so far, from /proc (0 for none, or
+    elsewhere)."""
+    if pid is None:
+        return 0.0
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError, TypeError):
+    except (OSError, IndexError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
