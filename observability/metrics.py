@@ -59,6 +59,8 @@ _bisect = bisect.bisect_left
 SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
 EXPORT_INTERVAL_MS = 60_000
+# An attribute set as the instruments keep it: its items, in order.
+Key = tuple[tuple[str, Any], ...]
 
 
 class JsonlMetricExporter(MetricExporter):
@@ -116,7 +118,7 @@ class LocalHistogram:
         self.name, self.unit, self.description = name, unit, description
         self.bounds = list(bounds)
         # attributes (as a tuple of items) -> [bucket counts, sum, count, min, max]
-        self.points: dict[tuple[tuple[str, Any], ...], list[Any]] = {}
+        self.points: dict[Key, list[Any]] = {}
         # Shared by the run's instruments: an episode's values are added under one lock.
         self.lock = lock if lock is not None else threading.Lock()
         self.start_ns = time.time_ns()
@@ -126,7 +128,7 @@ class LocalHistogram:
         with self.lock:
             self.add_locked(value, key)
 
-    def add_locked(self, value: float, key: tuple[tuple[str, Any], ...]) -> None:
+    def add_locked(self, value: float, key: Key) -> None:
         """Record ``value`` under attributes already made a key; the caller holds the lock."""
         point = self.points.get(key)
         if point is None:
@@ -181,7 +183,7 @@ class LocalCounter:
         self, name: str, unit: str, description: str, lock: threading.Lock | None = None
     ) -> None:
         self.name, self.unit, self.description = name, unit, description
-        self.points: dict[tuple[tuple[str, Any], ...], int | float] = {}
+        self.points: dict[Key, int | float] = {}
         self.lock = lock if lock is not None else threading.Lock()
         self.start_ns = time.time_ns()
 
@@ -190,12 +192,12 @@ class LocalCounter:
         with self.lock:
             self.add_locked(amount, key)
 
-    def add_locked(self, amount: int | float, key: tuple[tuple[str, Any], ...]) -> None:
+    def add_locked(self, amount: int | float, key: Key) -> None:
         """Add ``amount`` under attributes already made a key; the caller holds the lock."""
         points = self.points
         points[key] = points.get(key, 0) + amount
 
-    def observe(self) -> list[tuple[tuple[tuple[str, Any], ...], int | float]]:
+    def observe(self) -> list[tuple[Key, int | float]]:
         """The cumulative values by attributes (for an observable instrument's callback)."""
         with self.lock:
             return list(self.points.items())
@@ -349,9 +351,6 @@ def turn_timings(messages: Iterable[Any]) -> Iterator[dict[str, Any]]:
     if pending is not None and pending.get("answered"):
         pending["turn_s"] = max(pending["agent_s"], pending["replied_at"] - pending["sent_at"])
         yield pending
-
-
-Key = tuple[tuple[str, Any], ...]
 
 
 class RunMetrics:
