@@ -65,18 +65,32 @@ async def test_fewer_start_per_pass_while_passes_are_long() -> None:
 
 
 async def test_a_caller_that_gives_up_takes_no_turn() -> None:
-    pacer = StartPacer(first=1)
+    # Two a pass (each pass neither short nor long): "c" takes the turn "b" gave up, in the
+    # same pass as "a".
+    pacer = StartPacer(first=2, most=2, clock=ticking(0.01))
     order: list[str] = []
+    passes = 0
+    started: dict[str, int] = {}
+
+    async def tick() -> None:
+        nonlocal passes
+        while True:
+            passes += 1
+            await asyncio.sleep(0)
 
     async def caller(name: str) -> None:
         await pacer.turn()
         order.append(name)
+        started[name] = passes
 
+    ticker = asyncio.create_task(tick())
     first = asyncio.create_task(caller("a"))
     gone = asyncio.create_task(caller("b"))
     last = asyncio.create_task(caller("c"))
     await asyncio.sleep(0)
     gone.cancel()
     await asyncio.gather(first, last)
+    ticker.cancel()
     await pacer.close()
     assert order == ["a", "c"]
+    assert started["a"] == started["c"]
