@@ -96,12 +96,18 @@ _WRAP = {
 }
 
 
-def _any_json(value: Any) -> bytes:
-    """A value's ``AnyValue`` JSON, whatever it holds (a lone surrogate comes out escaped)."""
+def _json(obj: Any) -> bytes:
+    """``obj`` as JSON, whatever it holds: orjson's, or the standard library's where orjson
+    refuses (a lone surrogate comes out escaped, an int beyond 64 bits as it is)."""
     try:
-        return _dumps(any_value(value), default=str)
+        return _dumps(obj, default=str)
     except orjson.JSONEncodeError:
-        return json.dumps(any_value(value), default=str).encode()
+        return json.dumps(obj, default=str).encode()
+
+
+def _any_json(value: Any) -> bytes:
+    """A value's ``AnyValue`` JSON, whatever it holds."""
+    return _json(any_value(value))
 
 
 class Encoder:
@@ -225,10 +231,7 @@ class Encoder:
             ]
         if not out:
             return b""
-        try:
-            return b"," + orjson.dumps(out, default=str)[1:-1]
-        except orjson.JSONEncodeError:  # a lone surrogate in an exception message …
-            return b"," + json.dumps(out, default=str).encode()[1:-1]
+        return b"," + _json(out)[1:-1]  # a lone surrogate in an exception message, too
 
     def _name(self, name: str) -> bytes:
         if len(self._names) >= self.CACHE_MAX:
