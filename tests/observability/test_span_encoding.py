@@ -55,7 +55,7 @@ def expected_attributes(attributes: dict[str, Any]) -> list[dict[str, Any]]:
     as orjson writes it)."""
     out = []
     for key, value in attributes.items():
-        if isinstance(value, int) and not isinstance(value, bool) and type(value) is int:
+        if type(value) is int:  # not a bool, nor an int subclass (an IntEnum)
             out.append({"key": key, "value": {"intValue": str(value)}})
         else:
             out.append({"key": key, "value": any_value(value)})
