@@ -94,3 +94,15 @@ async def test_a_caller_that_gives_up_takes_no_turn() -> None:
     await pacer.close()
     assert order == ["a", "c"]
     assert started["a"] == started["c"]
+
+
+async def test_a_backlog_at_once_starts_every_waiting_caller_in_the_first_pass() -> None:
+    # Long passes: without the backlog flag this would start 4, then 2, then 1 a pass.
+    pacer = StartPacer(first=4, clock=ticking(0.05), backlog_at_once=True)
+    started = await _starts(pacer, 30)
+    per_pass = list(Counter(p for _, p in started).values())
+    assert [i for i, _ in started] == list(range(30))
+    assert per_pass == [30]
+    # Later callers are paced again, from ``first`` halved after the long first pass.
+    later = await _starts(pacer, 5)
+    assert list(Counter(p for _, p in later).values()) == [2, 1, 1, 1]
