@@ -98,6 +98,10 @@ class Progress:
         return self.turns / elapsed if elapsed > 0 else 0.0
 
 
+# A run's opening slots that start together, in the first pass of the loop (StartPacer).
+OPENING_STARTS = 1000
+
+
 class StartPacer:
     """Episodes start a few per pass of the event loop, in the order they asked.
 
@@ -111,11 +115,12 @@ class StartPacer:
     than ``long_s``, at most ``most``: an idle loop starts a backlog at once, a busy one a
     few a pass. (``clock``: what times the passes.)
 
-    With ``backlog_at_once``, the first release takes every caller waiting then: a run's
-    opening slots, before anything is in flight that their starts could hold up. They reach
-    their first requests in step, so the requests leave together, as a batching server wants
-    them, instead of trickling out over the whole ramp (measured at N = 200 one-request
-    episodes: requests written over 5–12 ms instead of ~170 ms, and the last one sooner).
+    ``backlog_at_once``: the first release takes up to this many of the callers waiting then
+    (a run's opening slots), before anything is in flight that their starts could hold up.
+    They reach their first requests in step, so the requests leave together, as a batching
+    server wants them, instead of trickling out over the whole ramp (measured at N = 200
+    one-request episodes: requests written over 5–12 ms instead of ~170 ms, and the last one
+    sooner). The cap bounds that first pass: a start is a millisecond or so of CPU.
     """
 
     def __init__(
@@ -125,7 +130,7 @@ class StartPacer:
         short_s: float = 0.005,
         long_s: float = 0.020,
         clock: Callable[[], float] = time.perf_counter,
-        backlog_at_once: bool = False,
+        backlog_at_once: int = 0,
     ) -> None:
         self.per_pass = first
         self.backlog_at_once = backlog_at_once
@@ -152,8 +157,7 @@ class StartPacer:
             most = self.per_pass
             if self.backlog_at_once:
                 # The first callers: nothing is in flight yet that their starts could delay.
-                self.backlog_at_once = False
-                most = len(self._waiting)
+                most, self.backlog_at_once = max(most, self.backlog_at_once), 0
             while self._waiting and released < most:
                 future = self._waiting.popleft()
                 if not future.done():  # (a caller cancelled while it waited)
@@ -275,7 +279,7 @@ class Scheduler:
         )
         queue = iter(units)
         recording: set[asyncio.Task[None]] = set()
-        starts = StartPacer(backlog_at_once=True)
+        starts = StartPacer(backlog_at_once=OPENING_STARTS)
 
         async def next_unit() -> list[EpisodeSpec] | None:
             unit = next(queue, None)

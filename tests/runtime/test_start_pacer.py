@@ -96,9 +96,9 @@ async def test_a_caller_that_gives_up_takes_no_turn() -> None:
     assert started["a"] == started["c"]
 
 
-async def test_a_backlog_at_once_starts_every_waiting_caller_in_the_first_pass() -> None:
-    # Long passes: without the backlog flag this would start 4, then 2, then 1 a pass.
-    pacer = StartPacer(first=4, clock=ticking(0.05), backlog_at_once=True)
+async def test_a_backlog_at_once_starts_the_waiting_callers_in_the_first_pass() -> None:
+    # Long passes: without a backlog this would start 4, then 2, then 1 a pass.
+    pacer = StartPacer(first=4, clock=ticking(0.05), backlog_at_once=100)
     started = await _starts(pacer, 30)
     per_pass = list(Counter(p for _, p in started).values())
     assert [i for i, _ in started] == list(range(30))
@@ -106,3 +106,8 @@ async def test_a_backlog_at_once_starts_every_waiting_caller_in_the_first_pass()
     # Later callers are paced again, from ``first`` halved after the long first pass.
     later = await _starts(pacer, 5)
     assert list(Counter(p for _, p in later).values()) == [2, 1, 1, 1]
+
+
+async def test_the_backlog_at_once_is_capped() -> None:
+    started = await _starts(StartPacer(first=4, clock=ticking(0.05), backlog_at_once=10), 14)
+    assert list(Counter(p for _, p in started).values()) == [10, 2, 1, 1]
