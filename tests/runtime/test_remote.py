@@ -289,7 +289,11 @@ async def test_a_worker_that_joins_late_gets_work(
 
     async def join(scheduler: RemoteScheduler) -> None:
         await until(lambda: scheduler.progress.done >= 8, "the early worker's first episodes")
+        # Paused while the late one starts: on a loaded machine a worker's start (seconds of
+        # imports) could otherwise outlast the whole run, and the late worker would find none.
+        scheduler.pause()
         await asyncio.to_thread(workers, mosquitto_broker.url, "late", 4)
+        scheduler.resume()
 
     await run_with(config, tmp_path / "run", join)
 
