@@ -545,6 +545,7 @@ class _Connection(asyncio.Protocol):
         self._buffer = bytearray()
         self._waiter: asyncio.Future[_Response] | None = None
         self._head: tuple[int, dict[str, str], int, bool] | None = None  # status, headers, at, ka
+        self._chunks: _Chunks | None = None  # a chunked body, as far as it is read
         self._eof = False
         self._got_bytes = False
 
@@ -587,6 +588,7 @@ class _Connection(asyncio.Protocol):
         self._waiter = asyncio.get_running_loop().create_future()
         self._buffer.clear()
         self._head = None
+        self._chunks = None
         self._got_bytes = False
         self.transport.writelines(request)
         try:
@@ -634,9 +636,15 @@ class _Connection(asyncio.Protocol):
                 self._parse()
                 return
             self._head = (status, headers, end + 4, keep_alive)
+            chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+            if chunked and status not in (204, 304):
+                self._chunks = _Chunks(end + 4)
         status, headers, at, keep_alive = self._head
         try:
-            body = _body(buffer, at, headers, status, self._eof)
+            if self._chunks is not None:
+                body = self._chunks.body(buffer, self._eof)
+            else:
+                body = _body(buffer, at, headers, status, self._eof)
         except aiohttp.ClientPayloadError as exc:  # cut short: classified as aiohttp's
             self._fail(exc)
             return
@@ -687,8 +695,6 @@ def _body(
     ``_UNTIL_CLOSE`` when it ended with the connection."""
     if status in (204, 304):
         return b""
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        return _dechunked(buffer, at, eof)
     length = headers.get("content-length")
     if length is not None:
         n = int(length)
@@ -704,26 +710,39 @@ def _body(
     return _UNTIL_CLOSE if eof else None
 
 
-def _dechunked(buffer: bytearray, at: int, eof: bool) -> bytes | None:
-    pieces: list[bytes] = []
-    while True:
-        line_end = buffer.find(b"\r\n", at)
-        if line_end < 0:
-            break
-        size = int(bytes(buffer[at:line_end]).split(b";", 1)[0].strip(), 16)  # ValueError: bad
-        if size == 0:
-            # The last chunk, then trailers (if any) up to an empty line.
-            if buffer.find(b"\r\n\r\n", line_end) >= 0:
-                return b"".join(pieces)
-            break
-        start = line_end + 2
-        if len(buffer) < start + size + 2:
-            break
-        pieces.append(bytes(buffer[start : start + size]))
-        at = start + size + 2
-    if eof:
-        raise aiohttp.ClientPayloadError("Response payload is not completed: chunked body cut")
-    return None
+class _Chunks:
+    """A chunked body read as it arrives: each complete chunk is taken once, so a body of many
+    small chunks over many reads is not parsed again from its start on every read."""
+
+    __slots__ = ("at", "pieces")
+
+    def __init__(self, at: int) -> None:
+        self.at = at  # where the next chunk's size line starts in the buffer
+        self.pieces: list[bytes] = []
+
+    def body(self, buffer: bytearray, eof: bool) -> bytes | None:
+        """The whole body once the last chunk and the trailers are in ``buffer``; None while
+        more is to come. ``ValueError`` for a bad size line, ``ClientPayloadError`` for a body
+        cut short by the end of the connection."""
+        at = self.at
+        while True:
+            line_end = buffer.find(b"\r\n", at)
+            if line_end < 0:
+                break
+            size = int(bytes(buffer[at:line_end]).split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                # The last chunk, then trailers (if any) up to an empty line.
+                if buffer.find(b"\r\n\r\n", line_end) >= 0:
+                    return b"".join(self.pieces)
+                break
+            start = line_end + 2
+            if len(buffer) < start + size + 2:
+                break
+            self.pieces.append(bytes(buffer[start : start + size]))
+            at = self.at = start + size + 2
+        if eof:
+            raise aiohttp.ClientPayloadError("Response payload is not completed: chunked body cut")
+        return None
 
 
 def _decoded(body: bytes, encoding: str | None) -> bytes:

@@ -219,3 +219,60 @@ async def test_a_host_that_refuses_is_a_connection_failure() -> None:
     with pytest.raises(OSError) as caught:
         await http.post(b"{}")
     assert classify(caught.value).kind == "connection"
+
+
+def chunked(body: bytes, size: int) -> bytes:
+    """``body`` as a chunked response of ``size``-byte chunks (the last may be shorter)."""
+    pieces = [body[i : i + size] for i in range(0, len(body), size)]
+    framed = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + framed + b"0\r\n\r\n"
+
+
+class Trickling(Scripted):
+    """A Scripted server that writes each answer a few bytes at a time, each piece on its own."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.requests.append((head, b""))
+            answer = self.answer(0) or b""
+            for i in range(0, len(answer), 3):
+                writer.write(answer[i : i + 3])
+                await writer.drain()
+                await asyncio.sleep(0.001)  # its own read on the client's side
+        finally:
+            writer.close()
+
+
+async def test_a_chunked_body_that_trickles_in_is_read_whole() -> None:
+    body = json.dumps({"choices": [{"message": {"content": "x" * 300}}]}).encode()
+    async with Trickling(lambda n: chunked(body, 7)) as http:
+        response = await http.post(b"{}")
+    assert (response.status, response.body) == (200, body)
+
+
+def test_a_chunked_body_is_taken_chunk_by_chunk_as_it_grows() -> None:
+    body = bytes(range(256)) * 3
+    whole = chunked(body, 5)
+    at = whole.index(b"\r\n\r\n") + 4
+    chunks = client_module._Chunks(at)
+    buffer = bytearray(whole[:at])
+    seen: list[bytes | None] = []
+    for byte in whole[at:]:  # one byte a read: every cut, inside a size line, chunk or CRLF
+        buffer.append(byte)
+        seen.append(chunks.body(buffer, eof=False))
+    assert seen[:-1] == [None] * (len(seen) - 1)
+    assert seen[-1] == body
+    # Each chunk was taken once, as it completed (none twice).
+    assert b"".join(chunks.pieces) == body and len(chunks.pieces) == -(-len(body) // 5)
+
+
+def test_a_chunked_body_cut_by_the_end_of_the_connection_is_an_error() -> None:
+    whole = chunked(REPLY, 4)
+    at = whole.index(b"\r\n\r\n") + 4
+    cut = bytearray(whole[: len(whole) - 9])
+    with pytest.raises(client_module.aiohttp.ClientPayloadError):
+        client_module._Chunks(at).body(cut, eof=True)
+    with pytest.raises(ValueError):
+        client_module._Chunks(at).body(bytearray(whole[:at] + b"zz\r\n"), eof=False)
