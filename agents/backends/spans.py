@@ -39,11 +39,9 @@ _PARAMS = (
 def conversation_id() -> str | None:
     """The conversation (the episode) a model call belongs to: the ``gen_ai.conversation.id`` of
     the span it runs under (the agent's ``invoke_agent``), else the baggage's."""
-    span = trace.get_current_span()
-    # parley's lean spans hold their attributes as a dict (``attributes`` wraps a copy).
-    attributes = getattr(span, "_attributes", None)
-    if not isinstance(attributes, dict):
-        attributes = getattr(span, "attributes", None)
+    # A recording span's ``attributes`` (the SDK's and parley's lean ones: a read-only view of
+    # its dict, no copy); a non-recording span has none.
+    attributes = getattr(trace.get_current_span(), "attributes", None)
     found = attributes.get("gen_ai.conversation.id") if attributes else None
     if found is None:
         found = baggage.get_baggage("gen_ai.conversation.id")
