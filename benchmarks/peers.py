@@ -8,8 +8,9 @@ Two workloads, each played by parley and by a peer, interleaved A, B, A, B (``--
   guesser a model on the sim server, the describer scripted (one request per episode), auto
   workers, ``--no-report``. Inspect AI: N single-turn samples through its OpenAI-compatible
   provider (``openai-api/sim/sim``) with ``max_connections=N``. Both are measured by the
-  same counters, the sim server's ``/sim/stats``: requests/s over the active window (1 % of
-  the requests out to the last reply), peak requests in flight, seconds from the command's
+  same counters, the sim server's ``/sim/stats``: requests/s over the active window (from the
+  arrival of the request that makes 1 % of N to the last reply, timed by the server; the JSON
+  also has the figure from 50 ms samples), peak requests in flight, seconds from the command's
   start until 99 % of N were in flight, and the wall time of the whole command (interpreter,
   imports, results on disk; parley's report is left to ``parley report``).
 * **Scripted long game, no model** — the runtime's own cost per turn. clembench's games are
@@ -144,16 +145,19 @@ def run_watched(
             command, env={**os.environ, **(env or {})}, capture_output=True, text=True, check=False
         )
     wall = time.monotonic() - start
-    stats = sim.stats()
+    # The active window: from the arrival of the request that makes 1 % of N (parley's pre-run
+    # check of the model sends one request first) to the last reply, timed by the server.
+    floor = max(2, n // 100)
+    stats = sim.stats(window_from=floor)
     samples = watch.samples or [(start, 0, 0)]
     requests = int(stats.get("requests", 0))
-    # The active window: from the first sample with 1 % of the requests out (parley's pre-run
-    # check of the model sends one request first) to the last reply (nothing in flight).
-    floor = max(2, n // 100)
+    timed = stats.get("window") or {}
+    # The same window from the 50 ms samples (the figure before the server timed it).
     opened = next((s for s in samples if s[1] >= floor), samples[0])
     last = next((s[0] for s in samples if s[1] >= requests and s[2] == 0), samples[-1][0])
-    window = max(1e-3, last - opened[0])
+    sampled = max(1e-3, last - opened[0])
     served = requests - (opened[1] - opened[2])  # those not answered when the window opened
+    window = max(1e-3, float(timed.get("seconds") or sampled))
     full = next((s[0] for s in samples if s[2] >= 0.99 * n), None)
     first = opened[0]
     return {
@@ -162,8 +166,9 @@ def run_watched(
         "error": "" if done.returncode == 0 else (done.stderr or done.stdout)[-800:],
         "requests": requests,
         "wall_s": round(wall, 2),
-        "active_s": round(window, 2),
-        "requests_per_s": round(served / window, 1),
+        "active_s": round(window, 3),
+        "requests_per_s": round(int(timed.get("requests") or served) / window, 1),
+        "requests_per_s_sampled": round(served / sampled, 1),
         "peak_in_flight": int(stats.get("peak_in_flight", 0)),
         "all_in_flight_after_s": round(full - start, 2) if full is not None else None,
         "first_request_after_s": round(first - start, 2),
@@ -264,7 +269,9 @@ def single_turn(args: argparse.Namespace) -> list[dict[str, Any]]:
                     rows.append(row)
                     print(
                         f"  single N={n} #{repeat} {who:8} {figures['requests_per_s']:>8} req/s "
-                        f"wall {figures['wall_s']} s peak {figures['peak_in_flight']}"
+                        f"(sampled {figures['requests_per_s_sampled']}, window "
+                        f"{figures['active_s']} s) wall {figures['wall_s']} s "
+                        f"peak {figures['peak_in_flight']}"
                         + ("" if figures["ok"] else f"  FAILED: {figures['error'][-200:]}"),
                         file=sys.stderr,
                     )

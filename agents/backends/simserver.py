@@ -8,9 +8,10 @@ rest queue). Replies are configurable per model (fixed, cycling, from a file, th
 conversation, or chosen by regular expressions on the last user message), and faults can be
 injected (429 with Retry-After, 500, 503, hangs, truncated bodies, garbage, dropped connections).
 
-Control while it runs: ``GET /sim/stats`` (counters; ``?brief=1``: the counters alone),
-``POST /sim/config`` (replace parts of the config, e.g. faults), ``POST /sim/reset`` (zero the
-counters).
+Control while it runs: ``GET /sim/stats`` (counters; ``?brief=1``: the counters alone;
+``?window_from=K``: the active window from the K-th request since the reset, timed by the
+server), ``POST /sim/config`` (replace parts of the config, e.g. faults), ``POST /sim/reset``
+(zero the counters).
 
 Start it as its own process (``python -m parley.agents.backends.simserver --port 0``, or
 :class:`SimServerProcess`); it prints ``listening on http://HOST:PORT`` once it accepts requests.
@@ -52,6 +53,7 @@ from parley.records import loads
 from parley.tokens import count_tokens
 
 IMAGE_TOKENS = 85  # what one image counts for in the reported usage
+MAX_ARRIVALS = 1_000_000  # request arrival times kept since a reset (for /sim/stats)
 # Prompts repeat (the system text of every episode, the history of each turn again in the
 # next): counting each text once saves most of the server's CPU, which a benchmark shares.
 _tokens_of = functools.lru_cache(maxsize=1 << 16)(count_tokens)
@@ -246,6 +248,10 @@ class SimServer:
         # The latest W3C traceparent headers received, as /sim/stats shows them (a traced
         # client sends the chat span's, as to a vLLM started with --otlp-traces-endpoint).
         self.traceparents: deque[str] = deque(maxlen=200)
+        # When each request since the reset arrived (the first MAX_ARRIVALS), and when the
+        # latest reply went: a benchmark's active window, timed here and not by its sampling.
+        self.arrivals: list[float] = []
+        self.last_reply_at: float | None = None
         self.batches = SimBatches(self)
         self.configure(config)
 
@@ -312,8 +318,28 @@ class SimServer:
                 "loop_lag": self.lag.summary() if self.lag is not None else None,
                 "constraints": list(self.constraints),
                 "traceparents": list(self.traceparents),
+                **self._window(request.query.get("window_from")),
             }
         )
+
+    def _window(self, first: str | None) -> dict[str, Any]:
+        """``window``: from the arrival of request number ``first`` (1-based, since the reset)
+        to the latest reply, the seconds and the requests that arrived in it (all of which were
+        answered in it, once nothing is in flight); absent until that request has come."""
+        if first is None:
+            return {}
+        k = int(first)
+        if k < 1 or k > len(self.arrivals) or self.last_reply_at is None:
+            return {"window": None}
+        opened = self.arrivals[k - 1]
+        return {
+            "window": {
+                "from_request": k,
+                "seconds": max(0.0, self.last_reply_at - opened),
+                "requests": len(self.arrivals) - k + 1,
+                "complete": len(self.arrivals) == self.stats["requests"],
+            }
+        }
 
     async def set_config(self, request: web.Request) -> web.Response:
         try:
@@ -344,6 +370,8 @@ class SimServer:
         self.peak_in_flight = self.in_flight
         self.peak_queued = 0
         self.peak_running = self.running
+        self.arrivals.clear()
+        self.last_reply_at = None
         if self.lag is not None:
             self.lag.samples.clear()
         return web.json_response({"ok": True})
@@ -519,6 +547,8 @@ class SimServer:
     ) -> web.StreamResponse:
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        if len(self.arrivals) < MAX_ARRIVALS:
+            self.arrivals.append(time.monotonic())
         try:
             chosen = await self._generate(request, api)
             if isinstance(chosen, web.StreamResponse):
@@ -537,6 +567,7 @@ class SimServer:
                 self._free()
         finally:
             self.in_flight -= 1
+            self.last_reply_at = time.monotonic()
 
     def _extra_usage(self, api: str, body: dict[str, Any], model: str, n_in: int) -> dict[str, Any]:
         """What a reply carries beyond its text: a reasoning model's reasoning (OpenAI API),
@@ -1085,8 +1116,11 @@ class SimServerProcess:
         """Replace top-level parts of the config (``faults=[...]``, ``models={...}``…)."""
         self._call("/sim/config", fields)
 
-    def stats(self) -> dict[str, Any]:
-        return self._call("/sim/stats")
+    def stats(self, window_from: int | None = None) -> dict[str, Any]:
+        """The server's counters; with ``window_from``, the active window from that request on
+        (``/sim/stats?window_from=K``)."""
+        query = "" if window_from is None else f"?window_from={int(window_from)}"
+        return self._call("/sim/stats" + query)
 
     def reset(self) -> None:
         self._call("/sim/reset", {})

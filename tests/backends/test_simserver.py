@@ -203,3 +203,21 @@ async def test_one_connection_carries_plain_streamed_and_pipelined_requests(
         assert await reader.read() == b""  # closed after its answer
     finally:
         writer.close()
+
+
+async def test_the_active_window_is_timed_by_the_server(sim: SimServerProcess) -> None:
+    sim.configure(latency={"ttft_s": 0.1, "tokens_per_s": 0, "max_seqs": 100}, models={})
+    sim.reset()
+    assert sim.stats(window_from=1)["window"] is None  # nothing has come yet
+    async with aiohttp.ClientSession() as s:
+        await _chat(s, sim.url, "m", ("user", "first, alone"))
+        await asyncio.gather(*(_chat(s, sim.url, "m", ("user", "then four")) for _ in range(4)))
+    whole, later = sim.stats(window_from=1)["window"], sim.stats(window_from=2)["window"]
+    assert (whole["requests"], later["requests"]) == (5, 4)
+    assert whole["complete"] and later["complete"]
+    # The first request was answered before the other four came: a whole reply longer.
+    assert whole["seconds"] > later["seconds"] > 0
+    assert sim.stats(window_from=6)["window"] is None  # no sixth request
+    assert "window" not in sim.stats()  # asked for only
+    sim.reset()
+    assert sim.stats(window_from=1)["window"] is None
