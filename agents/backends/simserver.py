@@ -304,6 +304,9 @@ class SimServer:
         return web.json_response({"version": f"parley-sim {parley}"})
 
     async def get_stats(self, request: web.Request) -> web.Response:
+        first = request.query.get("window_from")
+        if first is not None and not first.isdigit():
+            return web.json_response({"error": "window_from must be a request number"}, status=400)
         counters = {**self.stats, "in_flight": self.in_flight}
         if request.query.get("brief"):
             # The counters only, for a benchmark that polls them: no lag summary (which sorts
@@ -318,17 +321,17 @@ class SimServer:
                 "loop_lag": self.lag.summary() if self.lag is not None else None,
                 "constraints": list(self.constraints),
                 "traceparents": list(self.traceparents),
-                **self._window(request.query.get("window_from")),
+                **self._window(None if first is None else int(first)),
             }
         )
 
-    def _window(self, first: str | None) -> dict[str, Any]:
-        """``window``: from the arrival of request number ``first`` (1-based, since the reset)
+    def _window(self, k: int | None) -> dict[str, Any]:
+        """``window``: from the arrival of request number ``k`` (1-based, since the reset)
         to the latest reply, the seconds and the requests that arrived in it (all of which were
-        answered in it, once nothing is in flight); absent until that request has come."""
-        if first is None:
+        answered in it, once nothing is in flight); None until that request has come and a reply
+        has gone."""
+        if k is None:
             return {}
-        k = int(first)
         if k < 1 or k > len(self.arrivals) or self.last_reply_at is None:
             return {"window": None}
         opened = self.arrivals[k - 1]

@@ -221,3 +221,5 @@ async def test_the_active_window_is_timed_by_the_server(sim: SimServerProcess) -
     assert "window" not in sim.stats()  # asked for only
     sim.reset()
     assert sim.stats(window_from=1)["window"] is None
+    with pytest.raises(ValueError, match="window_from must be a request number"):
+        sim._call("/sim/stats?window_from=first")
