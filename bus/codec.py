@@ -244,11 +244,15 @@ def encode_transcript(messages: Sequence[Message]) -> bytes:
                 done = _json(item, False) or _PROMPT_MESSAGE.to_json(item, context=_BY_REFERENCE)
                 encoded[id(item)] = done
             parts.append(done)
-        fields = dict(message.__dict__)
-        del fields["prompt"]
-        rest = _json(fields, False) or message.__pydantic_serializer__.to_json(
-            message, exclude=_PROMPT, context=_BY_REFERENCE
-        )
+        rest = None
+        if type(message) in _PLAIN:  # (a subclass with a serializer of its own: pydantic's)
+            fields = dict(message.__dict__)
+            del fields["prompt"]
+            rest = _json(fields, False)
+        if rest is None:
+            rest = message.__pydantic_serializer__.to_json(
+                message, exclude=_PROMPT, context=_BY_REFERENCE
+            )
         line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))
         lines.append(_within(line, DEFAULT_MAX_BYTES))
     lines.append(b"")

@@ -26,9 +26,11 @@ from parley.bus.codec import (
 from parley.bus.messages import (
     KINDS,
     ImagePart,
+    PromptMessage,
     StateUpdate,
     TextPart,
     TranscriptEvent,
+    TurnResponse,
     images_in,
 )
 from tests.bus import strategies as S
@@ -229,6 +231,12 @@ def test_values_orjson_writes_otherwise_go_through_pydantic(data: dict) -> None:
         payload = encode(event, inline_images=inline_images)
         assert json.loads(payload) == _pydantic_json(event, inline_images)
     assert codec.encode_transcript([event]) == encode(event, inline_images=False) + b"\n"
+    # A response with a recorded prompt goes the transcript's own way: its fields without the
+    # prompt, then the prompt's messages spliced in.
+    prompt = [PromptMessage(role="user", content=[TextPart(text="hi")])]
+    response = TurnResponse(run="r", sender="a", role="a", text="t", raw=data, prompt=prompt)
+    line = codec.encode_transcript([response])
+    assert line.endswith(b"\n") and json.loads(line) == _pydantic_json(response, False)
 
 
 def test_a_message_that_cannot_be_written_still_says_why() -> None:
