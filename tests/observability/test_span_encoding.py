@@ -16,7 +16,7 @@ from opentelemetry.sdk.resources import Resource
 
 from parley.bus.local import LocalBus
 from parley.bus.messages import TranscriptEvent, TurnRequest
-from parley.observability.light_spans import LightSpan, LightTracer, current_span
+from parley.observability.light_spans import LightSpan, LightTracer, current_span, made
 from parley.observability.otlp_json import Encoder, OtlpJsonSpanWriter, any_value
 from parley.observability.traced_bus import TracedBus
 from parley.observability.tracing import Tracing, inject, read_spans, span_context
@@ -247,8 +247,9 @@ def test_traceparents_with_any_flags_and_odd_digits_parse_as_the_api_would() -> 
         assert ctx == expected and ctx is not None
         assert ctx.is_valid and ctx.is_remote and ctx.trace_flags == int(flags, 16)
         assert ctx.trace_flags.sampled == bool(int(flags, 16) & 1)
-    # Digits int() takes but that name no valid span: a sign, or no span id at all.
-    for bad in ("00-" + "-" + "1" * 31 + "-" + "cd" * 8 + "-01", "00-" + "ab" * 16 + "-" + "0" * 16 + "-01"):  # fmt: skip
+    # Shapes and digits that name no valid span: an empty trace id, a trace or span id of
+    # zeros (well-formed, so only the range check refuses them).
+    for bad in ("00-" + "-" + "1" * 31 + "-" + "cd" * 8 + "-01", "00-" + "ab" * 16 + "-" + "0" * 16 + "-01", "00-" + "0" * 32 + "-" + "cd" * 8 + "-01"):  # fmt: skip
         assert span_context(bad) is None
 
 
@@ -260,6 +261,7 @@ def test_a_traceparent_made_here_comes_back_as_the_context_parsing_would_give() 
     assert traceparent is not None
     kept, parsed = span_context(traceparent), _parsed(traceparent)
     assert kept is not None and parsed is not None and kept == parsed
+    assert made(traceparent) is kept  # taken from what this process made, not parsed
     assert kept.is_remote and kept.is_valid and kept.trace_flags.sampled
     assert (kept.trace_id, kept.span_id) == (
         span.get_span_context().trace_id,
