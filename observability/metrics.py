@@ -203,8 +203,7 @@ class LocalCounter:
             return list(self.points.items())
 
     def metric(self, now_ns: int) -> Metric | None:
-        with self.lock:
-            points = list(self.points.items())
+        points = self.observe()
         if not points:
             return None
         data_points = []
