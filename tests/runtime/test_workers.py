@@ -265,6 +265,13 @@ def test_a_frame_carries_the_record_encoded_once() -> None:
     back = unpack_result(payload)
     assert back.record["big"] == 1 << 70 and math.isnan(back.record["score"])
     assert back.record_json == json.dumps(result.record)  # the parent's writer takes it
+    # The frame carries the JSON it was given, not an encoding of its own.
+    compact = json.dumps(result.record, separators=(",", ":"))
+    framed = pack_result(dataclasses.replace(result, record_json=compact))
+    _, record_size = struct.unpack_from(">II", framed)
+    start = 8 + len(b'{"record": ')
+    assert framed[start : start + record_size] == compact.encode()
+    assert unpack_result(framed).record_json == compact
 
 
 def test_an_episode_whose_record_cannot_be_encoded_goes_back_as_an_error() -> None:
