@@ -329,7 +329,7 @@ class SimServer:
         """``window``: from the arrival of request number ``k`` (1-based, since the reset)
         to the latest reply, the seconds and the requests that arrived in it (all of which were
         answered in it, once nothing is in flight); None until that request has come and a reply
-        has gone."""
+        has gone. ``complete``: no arrival went unrecorded (past :data:`MAX_ARRIVALS`)."""
         if k is None:
             return {}
         if k < 1 or k > len(self.arrivals) or self.last_reply_at is None:
