@@ -320,11 +320,12 @@ class MqttBus(Bus):
         self._batchable: dict[str, bool] = {}  # topic -> not excluded (bounded memo)
         # The excluded filters with the number of levels a topic needs to match them (0: any,
         # a filter ending in #): an episode's topics are new, and most cannot match any. A
-        # shared filter matches what its filter does ($share/<group>/ is no level of a topic).
+        # shared filter is kept as its filter, which is what it matches ($share/<group>/ is no
+        # level of a topic).
         self._exclude_levels: list[tuple[str, int]] = []
         for f in self.batch_exclude:
             inner = topics.split_shared(f)[1] if topics.is_shared(f) else f
-            self._exclude_levels.append((f, 0 if inner.endswith("#") else inner.count("/") + 1))
+            self._exclude_levels.append((inner, 0 if inner.endswith("#") else inner.count("/") + 1))
         self._topic_names: dict[str, bytes] = {}  # topic -> its UTF-8 name, length first
         self._ssl_context: ssl.SSLContext | None = None
 
