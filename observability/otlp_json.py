@@ -253,27 +253,16 @@ class Encoder:
                     self._trace_ids.clear()
                 hex_id = self._trace_ids[trace_id] = b"%032x" % trace_id
             kind = span._kind
+            rest = (
+                self._names.get(name) or self._name(name),
+                _KIND_OF.get(id(kind)) or _KIND[kind],
+                span._start_time or 0,
+                span._end_time or 0,
+            )
             head = (
-                _HEAD_CHILD
-                % (
-                    hex_id,
-                    ctx[1],
-                    parent[1],
-                    self._names.get(name) or self._name(name),
-                    _KIND_OF.get(id(kind)) or _KIND[kind],
-                    span._start_time or 0,
-                    span._end_time or 0,
-                )
+                _HEAD_CHILD % (hex_id, ctx[1], parent[1], *rest)
                 if parent is not None
-                else _HEAD_ROOT
-                % (
-                    hex_id,
-                    ctx[1],
-                    self._names.get(name) or self._name(name),
-                    _KIND_OF.get(id(kind)) or _KIND[kind],
-                    span._start_time or 0,
-                    span._end_time or 0,
-                )
+                else _HEAD_ROOT % (hex_id, ctx[1], *rest)
             )
             out.append(head)
             out.append(self.attributes(span._attributes))
