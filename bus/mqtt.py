@@ -572,10 +572,8 @@ class MqttBus(Bus):
         if self.closed:
             raise BusClosed("bus is closed")
         await super().clear_retained(topic)
-        if self._batches:
-            self._flush_batch(topic)
-        if self._runner is None or self._held >= self.max_inflight:
-            await self._wait_for_room()
+        self._flush_batch(topic)  # what waits on this topic goes first
+        await self._wait_for_room()
         self._queue(_Outgoing(topic, b"", 1, None, retain=True))
 
     # -- batching -------------------------------------------------------------------------------
