@@ -301,6 +301,10 @@ def _get(message: Any, key: str, default: Any = None) -> Any:
     return getattr(message, key, default)
 
 
+# The messages turn_timings reads (the rest of a transcript, events mostly, it skips).
+_TIMED_KINDS = frozenset(("turn_request", "turn_response", "episode_finished"))
+
+
 def turn_timings(messages: Iterable[Any]) -> Iterator[dict[str, Any]]:
     """Per answered turn: role, model, wall time, the policy's time, usage and call records.
 
@@ -312,6 +316,8 @@ def turn_timings(messages: Iterable[Any]) -> Iterator[dict[str, Any]]:
     pending: dict[str, Any] | None = None
     for m in messages:
         if isinstance(m, dict):  # a transcript read back: its JSON, fields as attributes
+            if m.get("kind") not in _TIMED_KINDS:
+                continue
             m = SimpleNamespace(**m)
         # Fields read as attributes, with defaults: most of a transcript is events, skipped
         # after one read (this runs once per finished episode of a traced run).
