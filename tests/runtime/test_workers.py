@@ -177,6 +177,42 @@ async def test_a_killed_worker_is_taken_over_and_the_run_finishes(tmp_path: Path
     assert schedulers[0].pids[0] != killed[0]
 
 
+async def test_a_worker_dead_before_it_is_ready_holds_the_opening_of_no_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first workers wait for each other (the opening); one that dies first is not waited
+    # for. With the opening's time limit out of reach, the run would hang if it were.
+    monkeypatch.setattr("parley.runtime.workers.OPENING_WAIT_S", 3600.0)
+    config = counter_config(2, 8)
+
+    def kill_worker_1(scheduler: Any) -> None:
+        worker = scheduler._spawned[1]  # started, given no job yet
+        worker.process.kill()
+        worker.process.wait()
+
+    outcome = await run_experiment(config, tmp_path / "run", on_start=kill_worker_1)
+
+    # Worker 0 played its share (half the episodes); worker 1's are left for --resume, and the
+    # run says so.
+    assert len(outcome.records) == 4
+    assert {r["outcome"] for r in outcome.records} == {"success"}
+    assert any("worker 1 exited" in e and "before it began" in e for e in outcome.errors)
+    resumed = await run_experiment(config, tmp_path / "run", resume=True)
+    assert sorted(r["seed"] for r in resumed.records) == list(range(8))
+
+
+async def test_a_worker_ready_after_the_opening_went_starts_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No wait at all: the first worker ready opens the run, and the other is told to go as
+    # soon as it says it is ready (were it not, its episodes would never start).
+    monkeypatch.setattr("parley.runtime.workers.OPENING_WAIT_S", 0.0)
+    outcome = await run_experiment(counter_config(2, 8), tmp_path / "run")
+    assert not outcome.errors
+    assert sorted(r["seed"] for r in outcome.records) == list(range(8))
+    assert {r["outcome"] for r in outcome.records} == {"success"}
+
+
 async def test_stop_cancels_in_the_workers_and_resume_finishes(tmp_path: Path) -> None:
     config = counter_config(2, 16, player="slow", target=5)
     schedulers: list[WorkerScheduler] = []
