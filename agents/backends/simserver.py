@@ -841,6 +841,10 @@ class _FastHttp(asyncio.Protocol):
         self.buffer = bytearray()
         self.task: asyncio.Task[None] | None = None  # the request being answered
         self.eof = False
+        # A plain request's head, parsed, while its body is still coming: its headers and
+        # where its body starts and ends in the buffer (a long body arrives over many reads,
+        # and the head is neither searched for nor parsed again on each).
+        self.waiting: tuple[dict[str, str], int, int] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -863,6 +867,13 @@ class _FastHttp(asyncio.Protocol):
     def _next(self) -> None:
         """Answer the next request in the buffer, or hand the connection over."""
         buffer = self.buffer
+        if self.waiting is not None:
+            headers, start, stop = self.waiting
+            if len(buffer) < stop:
+                return  # the body is still coming
+            self.waiting = None
+            self._take(headers, start, stop)
+            return
         end = buffer.find(b"\r\n\r\n")
         if end < 0:
             if len(buffer) > _MAX_HEAD:
@@ -899,7 +910,13 @@ class _FastHttp(asyncio.Protocol):
         start = end + 4
         stop = start + int(length)
         if len(buffer) < stop:
-            return  # the body is still coming
+            self.waiting = (headers, start, stop)  # the body is still coming
+            return
+        self._take(headers, start, stop)
+
+    def _take(self, headers: dict[str, str], start: int, stop: int) -> None:
+        """Answer the plain request whose body is ``buffer[start:stop]`` (all of it read)."""
+        buffer = self.buffer
         body = bytes(buffer[start:stop])
         if b'"stream"' in body:
             self._hand_over()  # maybe streamed: aiohttp's StreamResponse writes those

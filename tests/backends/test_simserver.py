@@ -205,6 +205,35 @@ async def test_one_connection_carries_plain_streamed_and_pipelined_requests(
         writer.close()
 
 
+async def test_a_body_that_arrives_in_pieces_is_answered_once_and_the_next_request_after_it(
+    sim: SimServerProcess,
+) -> None:
+    """The server's own HTTP path keeps a request's head while its body comes over many reads:
+    the request is answered once it is whole, and a request pipelined behind it in the same
+    read as its last piece gets its own answer."""
+    sim.configure(replies={"text": "whole"}, models={})
+    before = sim.stats().get("requests", 0)
+    long = _post({"model": "m", "messages": [{"role": "user", "content": "x" * 200_000}]})
+    short = _post({"model": "m", "messages": [{"role": "user", "content": "next"}]})
+    host, port = sim.url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        head_end = long.index(b"\r\n\r\n") + 4
+        pieces = [long[:head_end]] + [long[i : i + 4096] for i in range(head_end, len(long), 4096)]
+        for piece in pieces[:-1]:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.002)  # each its own read on the server
+        assert sim.stats().get("requests", 0) == before  # not answered before its body is whole
+        answers = await _exchange(reader, writer, pieces[-1], short)  # in one write
+    finally:
+        writer.close()
+    assert [status for status, _, _ in answers] == [200, 200]
+    for _, _, body in answers:
+        assert json.loads(body)["choices"][0]["message"]["content"] == "whole"
+    assert sim.stats()["requests"] == before + 2
+
+
 async def test_the_active_window_is_timed_by_the_server(sim: SimServerProcess) -> None:
     sim.configure(latency={"ttft_s": 0.1, "tokens_per_s": 0, "max_seqs": 100}, models={})
     sim.reset()
