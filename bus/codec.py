@@ -9,7 +9,6 @@ properties.
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 import reprlib
@@ -29,6 +28,7 @@ from parley.bus.messages import (
     Message,
     PromptMessage,
     TurnResponse,
+    image_json,
 )
 
 CONTENT_TYPE = "application/vnd.parley+json"
@@ -119,23 +119,24 @@ _PLAIN = _plain_models()
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
-def _model_fields(value: Any, image_data: Callable[[bytes], str | None]) -> Any:
-    """orjson's ``default``: a message model as its fields, an image's bytes as
-    ``image_data`` writes them; anything else is refused (pydantic encodes the message)."""
+def _model_fields(value: Any, inline: bool) -> Any:
+    """orjson's ``default``: a message model as its fields, an image's bytes as its JSON
+    carries them (``messages.image_json``); anything else is refused (pydantic encodes the
+    message)."""
     kind = type(value)
     if kind in _PLAIN:
         return value.__dict__
     if kind is ImagePart:
         fields = value.__dict__
         data = fields["data"]
-        return fields if data is None else {**fields, "data": image_data(data)}
+        return fields if data is None else {**fields, "data": image_json(data, inline)}
     raise TypeError
 
 
 # orjson's ``default`` with images inline (base64) and by reference (no bytes).
 _DEFAULTS = {
-    True: functools.partial(_model_fields, image_data=lambda data: base64.b64encode(data).decode()),
-    False: functools.partial(_model_fields, image_data=lambda data: None),
+    True: functools.partial(_model_fields, inline=True),
+    False: functools.partial(_model_fields, inline=False),
 }
 
 

@@ -56,6 +56,15 @@ class TextPart(BaseModel):
     text: str
 
 
+def image_json(data: bytes | None, inline: bool) -> str | None:
+    """An image's ``data`` as a message's JSON carries it: base64 when images go inline, null
+    when they go by reference (the sha256 names them) or the part has no bytes. The one rule
+    for pydantic's serializer and the codec's fast path (bus/codec.py)."""
+    if data is None or not inline:
+        return None
+    return base64.b64encode(data).decode("ascii")
+
+
 class ImagePart(BaseModel):
     """An image addressed by the sha256 of its bytes; ``data`` may be absent (sent by reference)."""
 
@@ -78,9 +87,7 @@ class ImagePart(BaseModel):
     @field_serializer("data", when_used="json")
     def _data_json(self, data: bytes | None, info: SerializationInfo) -> str | None:
         # ``context={"images": "ref"}`` leaves the bytes out (images sent by reference).
-        if data is None or (info.context and info.context.get("images") == "ref"):
-            return None
-        return base64.b64encode(data).decode("ascii")
+        return image_json(data, not (info.context and info.context.get("images") == "ref"))
 
     @model_validator(mode="after")
     def _check_data(self) -> ImagePart:
