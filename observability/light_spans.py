@@ -70,15 +70,35 @@ _new_context = tuple.__new__
 _DEFAULT_STATE = trace.DEFAULT_TRACE_STATE
 
 
-# The traceparents of this process's spans, with their span contexts: a message comes back
-# with one to a handler in this process (a turn request to its agent), which would parse it.
-_MADE: dict[str, SpanContext] = {}
-_MADE_MAX = 4096
+# Traceparents with their (remote) span contexts: those this process's spans stamped on
+# messages (a message comes back with one to a handler in this process: a turn request to its
+# agent, which would parse it) and those parsed (a span's traceparent comes back on every
+# message it sent). One bounded table, emptied when full.
+_KNOWN: dict[str, SpanContext] = {}
+_KNOWN_MAX = 4096
 
 
-def made(traceparent: str) -> SpanContext | None:
-    """The (remote) span context of a traceparent one of this process's spans made lately."""
-    return _MADE.get(traceparent)
+def known(traceparent: str) -> SpanContext | None:
+    """The span context of a traceparent stamped or parsed lately in this process."""
+    return _KNOWN.get(traceparent)
+
+
+def remember(traceparent: str, context: SpanContext) -> None:
+    """Keep ``context`` as what ``traceparent`` names, for :func:`known`."""
+    if len(_KNOWN) >= _KNOWN_MAX:
+        _KNOWN.clear()
+    _KNOWN[traceparent] = context
+
+
+def stamp(span: LightSpan) -> str:
+    """``span``'s traceparent, for a message that may come back to this process: kept with
+    its span context (as a remote one, as the traceparent parsed would give it)."""
+    found = span._stamped
+    if found is None:
+        found = span._stamped = span.traceparent()
+        ctx = span._context
+        remember(found, _new_context(SpanContext, (ctx[0], ctx[1], True, *ctx[3:])))
+    return found
 
 
 def _clean(attributes: types.Attributes) -> dict[str, Any]:
@@ -106,19 +126,16 @@ class LightSpan(ReadableSpan, trace.Span):
     _record_exception = True
     _set_status_on_exception = True
     _traceparent: str | None = None
+    _stamped: str | None = None  # its traceparent, once kept by stamp()
 
     def traceparent(self) -> str:
-        """This span's W3C traceparent (made once: every message it sends carries it), kept
-        with its span context for :func:`made` (the ids by index: SpanContext's properties
-        are Python calls)."""
+        """This span's W3C traceparent, made once (every message it sends carries it; the ids
+        by index: SpanContext's properties are Python calls). Where the traceparent may come
+        back to this process (a message the bus carries), :func:`stamp` it instead."""
         found = self._traceparent
         if found is None:
             ctx = self._context
             found = self._traceparent = f"00-{ctx[0]:032x}-{ctx[1]:016x}-{ctx[3]:02x}"
-            if len(_MADE) >= _MADE_MAX:
-                _MADE.clear()
-            # As a remote context, as the traceparent parsed would give it.
-            _MADE[found] = _new_context(SpanContext, (ctx[0], ctx[1], True, *ctx[3:]))
         return found
 
     # --- ReadableSpan extras the SDK's exporters read -----------------------------------------

@@ -28,7 +28,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanKind
 from parley.bus.base import Bus, BusStats, Router, Subscription
 from parley.bus.messages import Message
 from parley.observability import tracing
-from parley.observability.light_spans import LightSpan, LightTracer, current_span
+from parley.observability.light_spans import LightSpan, LightTracer, current_span, stamp
 
 DEFAULT_SPAN_KINDS = frozenset(
     {
@@ -129,7 +129,7 @@ class TracedBus(Bus):
         if parent[5]:  # is_valid (SpanContext's properties are Python calls)
             if not spans:
                 traceparent = (
-                    current._traceparent or current.traceparent()  # type: ignore[attr-defined]
+                    current._stamped or stamp(current)  # type: ignore[attr-defined,arg-type]
                     if lean
                     else tracing.inject(current)
                 )

@@ -56,8 +56,15 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFl
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from parley.observability.light_spans import LightSpan, LightTracer, UseSpan, current_span
-from parley.observability.light_spans import made as _made
+from parley.observability.light_spans import (
+    LightSpan,
+    LightTracer,
+    UseSpan,
+    current_span,
+    known,
+    remember,
+    stamp,
+)
 from parley.observability.otlp_json import OtlpJsonSpanWriter
 
 if TYPE_CHECKING:
@@ -292,9 +299,10 @@ _active: contextvars.ContextVar[Tracing] = contextvars.ContextVar("parley_tracin
 
 
 def inject(span: trace.Span) -> str | None:
-    """The W3C traceparent of ``span`` (None for a non-recording, invalid one)."""
+    """The W3C traceparent of ``span`` (None for a non-recording, invalid one), for a message:
+    a lean span's is kept with its context, for when the message comes back to this process."""
     if type(span) is LightSpan:
-        return span.traceparent()
+        return stamp(span)
     ctx = span.get_span_context()
     if not ctx.is_valid:
         return None
@@ -305,12 +313,14 @@ def span_context(traceparent: str | None) -> SpanContext | None:
     """The remote span context a traceparent names; None when absent or malformed."""
     if not traceparent:
         return None
-    return _made(traceparent) or _parsed(traceparent)
+    context = known(traceparent)
+    if context is None:
+        context = _parsed(traceparent)
+        if context is not None:  # a span's traceparent comes back on every message it sent
+            remember(traceparent, context)
+    return context
 
 
-# A span's traceparent comes back on every message it sent (a turn's request, its transcript
-# events): parsed once.
-@functools.lru_cache(maxsize=4096)
 def _parsed(traceparent: str) -> SpanContext | None:
     parts = traceparent.split("-")
     if not (

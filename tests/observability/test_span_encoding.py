@@ -16,7 +16,7 @@ from opentelemetry.sdk.resources import Resource
 
 from parley.bus.local import LocalBus
 from parley.bus.messages import TranscriptEvent, TurnRequest
-from parley.observability.light_spans import LightSpan, LightTracer, current_span, made
+from parley.observability.light_spans import LightSpan, LightTracer, current_span, known
 from parley.observability.otlp_json import Encoder, OtlpJsonSpanWriter, any_value
 from parley.observability.traced_bus import TracedBus
 from parley.observability.tracing import Tracing, inject, read_spans, span_context
@@ -261,13 +261,18 @@ def test_a_traceparent_made_here_comes_back_as_the_context_parsing_would_give() 
     assert traceparent is not None
     kept, parsed = span_context(traceparent), _parsed(traceparent)
     assert kept is not None and parsed is not None and kept == parsed
-    assert made(traceparent) is kept  # taken from what this process made, not parsed
+    assert known(traceparent) is kept  # taken from what this process stamped, not parsed
     assert kept.is_remote and kept.is_valid and kept.trace_flags.sampled
     assert (kept.trace_id, kept.span_id) == (
         span.get_span_context().trace_id,
         span.get_span_context().span_id,
     )
     assert kept.trace_state == parsed.trace_state
+    # A traceparent that leaves the process and never comes back (a model request's header,
+    # agents/backends/spans.py) is made but not kept.
+    header = LightTracer(Resource.create({}), []).start_span("chat").traceparent()  # type: ignore[attr-defined]
+    assert known(header) is None
+    assert span_context(header) is not None and known(header) is not None  # parsed, then kept
 
 
 def test_lists_of_strings_encode_the_same_from_the_cache() -> None:
