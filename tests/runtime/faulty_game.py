@@ -74,8 +74,9 @@ def wordy(view: View, rng: random.Random) -> str:
 
 
 def slow(view: View, rng: random.Random) -> str:
-    """Counts, taking a fifth of a second per reply (runs in a worker thread)."""
-    time.sleep(0.2)
+    """Counts, taking a fifth of a second per reply (runs in a worker thread; a process started
+    with PARLEY_TEST_SLOW_S takes that many seconds instead)."""
+    time.sleep(float(os.environ.get("PARLEY_TEST_SLOW_S", "0.2")))
     return str((view.data or {})["next"])
 
 

@@ -438,8 +438,12 @@ async def test_three_workers_through_the_secure_broker_survive_a_kill_and_a_rest
     # As a user starts them: with the worker's credentials file (its URL, CA and the workers'
     # secret group).
     credentials = Path(secure_broker.credentials("worker"))
-    where = [credentials, credentials, credentials]
-    pool = [workers(url, f"s{i}", slots=2, wait=False) for i, url in enumerate(where)]
+    # s1, the one killed, plays for long: the jobs its heartbeats name cannot have ended by the
+    # time it dies, so their leases run out and they go out again as taken ("reissued"). With
+    # the others' fifth of a second, a fast machine finished them first, and what died with it
+    # was only jobs no heartbeat had named yet ("unclaimed").
+    slow_s1 = [None, {"PARLEY_TEST_SLOW_S": "30"}, None]
+    pool = [workers(credentials, f"s{i}", slots=2, env=slow_s1[i], wait=False) for i in range(3)]
     for worker in pool:
         worker.wait_ready()
     config = load_config(counter(secure_broker.url("coordinator"), 90, "slow"))
