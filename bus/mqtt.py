@@ -652,7 +652,7 @@ class MqttBus(Bus):
         self._unsent.append(self._seq)
 
     def _batch_props(self) -> Properties | None:
-        if self.protocol != ProtocolVersion.V5:
+        if not self._v5:
             return None  # the payload's first byte says it is a batch
         if self._batch_properties is None:
             props = _PackedOnce(PacketTypes.PUBLISH)
@@ -679,7 +679,7 @@ class MqttBus(Bus):
         self._schedule_pump()
 
     def _properties(self, message: Message) -> Properties | None:
-        if self.protocol != ProtocolVersion.V5:
+        if not self._v5:
             return None
         if message.traceparent is None:
             if self._plain_properties is None:
@@ -860,7 +860,7 @@ class MqttBus(Bus):
 
     def _on_subscribe(self, sub: Subscription) -> None:
         if topics.is_shared(sub.filter):
-            if self.protocol != ProtocolVersion.V5:
+            if not self._v5:
                 self.router.remove(sub)
                 raise ValueError(
                     f"the shared subscription {sub.filter!r} needs MQTT 5: over MQTT 3.1.1 a "
@@ -907,7 +907,7 @@ class MqttBus(Bus):
         its own identifier, without ``no_local`` (a protocol error on a shared subscription;
         and the broker may deal this process's own message to it) and without retained
         messages."""
-        v5 = self.protocol == ProtocolVersion.V5
+        v5 = self._v5
         plain = [(f, state) for f, state in filters if not topics.is_shared(f)]
         for start in range(0, len(plain), _SUBSCRIBE_BATCH):
             batch = plain[start : start + _SUBSCRIBE_BATCH]
@@ -949,7 +949,7 @@ class MqttBus(Bus):
     ) -> bool:
         """One SUBSCRIBE; settles each filter's ``ready``. False if the connection failed."""
         properties = None
-        if self.protocol == ProtocolVersion.V5 and conn.identifiers_available:
+        if self._v5 and conn.identifiers_available:
             properties = Properties(PacketTypes.SUBSCRIBE)
             properties.SubscriptionIdentifier = ident
         request = [(f, options) for f, _ in batch]
@@ -1193,7 +1193,7 @@ class MqttBus(Bus):
     # -- the connection loop --------------------------------------------------------------------
 
     def _client(self, conn_box: list[_Connection]) -> aiomqtt.Client:
-        v5 = self.protocol == ProtocolVersion.V5
+        v5 = self._v5
         properties = None
         if v5:
             properties = Properties(PacketTypes.CONNECT)
@@ -1324,7 +1324,7 @@ class MqttBus(Bus):
     async def _disconnect(self, conn: _Connection) -> None:
         """Say goodbye; with MQTT 5 also end the session, so the broker stops queueing for us."""
         properties = None
-        if self.protocol == ProtocolVersion.V5:
+        if self._v5:
             properties = Properties(PacketTypes.DISCONNECT)
             properties.SessionExpiryInterval = 0
         if conn.paho.disconnect(properties=properties) == paho_mqtt.MQTT_ERR_SUCCESS:
