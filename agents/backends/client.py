@@ -636,15 +636,11 @@ class _Connection(asyncio.Protocol):
                 self._parse()
                 return
             self._head = (status, headers, end + 4, keep_alive)
-            chunked = "chunked" in headers.get("transfer-encoding", "").lower()
-            if chunked and status not in (204, 304):
+            if "chunked" in headers.get("transfer-encoding", "").lower():
                 self._chunks = _Chunks(end + 4)
         status, headers, at, keep_alive = self._head
         try:
-            if self._chunks is not None:
-                body = self._chunks.body(buffer, self._eof)
-            else:
-                body = _body(buffer, at, headers, status, self._eof)
+            body = _body(buffer, at, headers, status, self._eof, self._chunks)
         except aiohttp.ClientPayloadError as exc:  # cut short: classified as aiohttp's
             self._fail(exc)
             return
@@ -689,12 +685,20 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str], bool]:
 
 
 def _body(
-    buffer: bytearray, at: int, headers: dict[str, str], status: int, eof: bool
+    buffer: bytearray,
+    at: int,
+    headers: dict[str, str],
+    status: int,
+    eof: bool,
+    chunks: _Chunks | None = None,
 ) -> bytes | None:
     """The body once it is all in ``buffer`` (from ``at``); None while more is to come;
-    ``_UNTIL_CLOSE`` when it ended with the connection."""
+    ``_UNTIL_CLOSE`` when it ended with the connection. ``chunks``: a chunked body's reader,
+    which keeps its place between reads."""
     if status in (204, 304):
         return b""
+    if chunks is not None:
+        return chunks.body(buffer, eof)
     length = headers.get("content-length")
     if length is not None:
         n = int(length)
