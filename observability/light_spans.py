@@ -93,9 +93,9 @@ def remember(traceparent: str, context: SpanContext) -> None:
 def stamp(span: LightSpan) -> str:
     """``span``'s traceparent, for a message that may come back to this process: kept with
     its span context (as a remote one, as the traceparent parsed would give it)."""
-    found = span._stamped
-    if found is None:
-        found = span._stamped = span.traceparent()
+    found = span.traceparent()
+    if not span._stamped:
+        span._stamped = True
         ctx = span._context
         remember(found, _new_context(SpanContext, (ctx[0], ctx[1], True, *ctx[3:])))
     return found
@@ -126,7 +126,7 @@ class LightSpan(ReadableSpan, trace.Span):
     _record_exception = True
     _set_status_on_exception = True
     _traceparent: str | None = None
-    _stamped: str | None = None  # its traceparent, once kept by stamp()
+    _stamped = False  # its traceparent kept by stamp()
 
     def traceparent(self) -> str:
         """This span's W3C traceparent, made once (every message it sends carries it; the ids

@@ -128,11 +128,12 @@ class TracedBus(Bus):
         parent = current._context if lean else current.get_span_context()  # type: ignore[attr-defined]
         if parent[5]:  # is_valid (SpanContext's properties are Python calls)
             if not spans:
-                traceparent = (
-                    current._stamped or stamp(current)  # type: ignore[attr-defined,arg-type]
-                    if lean
-                    else tracing.inject(current)
-                )
+                if not lean:
+                    traceparent = tracing.inject(current)
+                elif current._stamped:  # type: ignore[attr-defined]
+                    traceparent = current._traceparent  # type: ignore[attr-defined]
+                else:
+                    traceparent = stamp(current)  # type: ignore[arg-type]
                 if message.traceparent != traceparent:  # a pydantic assignment costs
                     message.traceparent = traceparent
                 return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)

@@ -169,8 +169,20 @@ def test_the_traced_bus_stamps_and_parents_as_before(tmp_path: Path) -> None:
         untraced = note("none")
         await bus.publish("parley/r/e/transcript", untraced)
         got["untraced"] = untraced.traceparent
+        # Under a span that is not a lean one (the SDK's: a user's own tracer), the event
+        # carries that span's traceparent, made the API's way.
+        from opentelemetry.sdk.trace import TracerProvider
+
+        with TracerProvider().get_tracer("user").start_as_current_span("theirs") as theirs:
+            foreign = note("theirs")
+            await bus.publish("parley/r/e/transcript", foreign)
+        ctx = theirs.get_span_context()
+        got["foreign"] = (
+            foreign.traceparent,
+            f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags:02x}",
+        )
         got["turn"] = turn.get_span_context()
-        got["delivered"] = [(await asyncio.wait_for(sub.get(), 1)).message for _ in range(4)]
+        got["delivered"] = [(await asyncio.wait_for(sub.get(), 1)).message for _ in range(5)]
         await bus.close()
         tracing.close()
         return got
@@ -178,6 +190,7 @@ def test_the_traced_bus_stamps_and_parents_as_before(tmp_path: Path) -> None:
     got = asyncio.run(main())
     assert got["event"][0] == got["event"][1]
     assert got["plain"] == got["event"][1] and got["untraced"] is None
+    assert got["foreign"][0] == got["foreign"][1]
     spans = read_spans(tmp_path)
     (publish,) = [s for s in spans if s["name"].startswith("publish ")]
     assert publish["name"] == "publish parley/{run}/{episode}/agent/solver"
