@@ -280,6 +280,15 @@ class RunFolder(RecordedRun):
         kept = [r for r in self.records() if r["outcome"] in FINISHED]
         if torn_images:
             kept = [r for r in kept if not self._uses_images(r, torn_images)]
+        whole = self._with_whole_transcripts(kept)
+        if len(whole) < len(kept):
+            log.warning(
+                "%d records in %s name transcript lines that are missing or torn: their "
+                "episodes are played again",
+                len(kept) - len(whole),
+                self.path,
+            )
+        kept = whole
         atomic_write(self.episodes, b"".join(json.dumps(r).encode() + b"\n" for r in kept))
         if self.transcripts.exists():
             ranges = [r["transcript"] for r in kept if r.get("transcript")]
@@ -288,6 +297,33 @@ class RunFolder(RecordedRun):
                 with self.transcripts.open("r+b") as f:
                     f.truncate(end)
                     os.fsync(f.fileno())
+
+    def _with_whole_transcripts(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records whose transcript lines are all in ``transcripts.jsonl``: inside the
+        file, starting a line and ending one. An older version could record an episode whose
+        transcript a full disk had cut, and a crash may lose a tail the records file kept."""
+        if not self.transcripts.exists():
+            return [r for r in records if not (r.get("transcript") or {}).get("length")]
+        with self.transcripts.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+
+            def byte_at(position: int) -> bytes:
+                f.seek(position)
+                return f.read(1)
+
+            def whole(record: dict[str, Any]) -> bool:
+                where = record.get("transcript")
+                if not where or not int(where["length"]):
+                    return True
+                offset, end = int(where["offset"]), int(where["offset"]) + int(where["length"])
+                return (
+                    end <= size
+                    and (offset == 0 or byte_at(offset - 1) == b"\n")
+                    and byte_at(offset) == b"{"
+                    and byte_at(end - 1) == b"\n"
+                )
+
+            return [r for r in records if whole(r)]
 
     def _uses_images(self, record: dict[str, Any], shas: set[str]) -> bool:
         where = record.get("transcript")
@@ -491,17 +527,18 @@ class ResultWriter:
         finally:
             os.close(directory)
 
-    def _write(self, result: EncodedResult) -> None:
+    def _write(self, result: EncodedResult) -> str:
+        """Write the transcript; the record's line, naming where it went."""
         offset = self._transcripts.tell()
         record = result.record
         length = len(result.transcript)
         record["transcript"] = {"offset": offset, "length": length}
         self._transcripts.write(result.transcript)
         if result.record_json is None:
-            self._file.write(json.dumps(record) + "\n")
-        else:  # the same line, from the record's JSON with its last key added
-            where = f'"transcript": {{"offset": {offset}, "length": {length}}}}}'
-            self._file.write(f"{result.record_json[:-1]}, {where}\n")
+            return json.dumps(record) + "\n"
+        # The same line, from the record's JSON with its last key added.
+        where = f'"transcript": {{"offset": {offset}, "length": {length}}}}}'
+        return f"{result.record_json[:-1]}, {where}\n"
 
     async def _loop(self) -> None:
         pacer = Pacer()
@@ -525,9 +562,12 @@ class ResultWriter:
                     if staged:
                         await asyncio.to_thread(self._publish_images, staged)
                         self.folder._known_images.update(staged)
-                    for result in encoded:
-                        self._write(result)
+                    lines = [self._write(result) for result in encoded]
+                    # Records only after their transcripts are written: on a full disk the
+                    # records file may still have room in its last page when the transcripts
+                    # have none, and a record must never name bytes that are not there.
                     self._transcripts.flush()
+                    self._file.write("".join(lines))
                     self._file.flush()
                     await asyncio.to_thread(self._sync)
                     synced = time.perf_counter()

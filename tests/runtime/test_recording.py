@@ -192,6 +192,71 @@ def test_a_full_disk_stops_the_run_loudly_and_it_resumes_once_there_is_room(
         assert json.loads((out / "run.json").read_text())["run"] == folder.run_id
 
 
+async def test_on_a_full_disk_no_record_names_a_transcript_that_was_not_written(
+    tmp_path: Path,
+) -> None:
+    """tmpfs gives a file room a page at a time: with the disk full, the records file may
+    still take a short line in its last page while the transcripts file gets no new page.
+    The record must not be written then (a resumed run would keep it and read torn lines)."""
+    config = load_config(wire_config(3))
+    specs = expand(config)
+    with small_disk(tmp_path / f"disk-{uuid.uuid4().hex[:6]}", "1m") as disk:
+        folder = RunFolder.prepare(disk / "run", config, resume=False, planned=3)
+        writer = ResultWriter(folder, folder.run_id)
+        writer.start()
+
+        def result(n: int, text: str) -> EpisodeResult:
+            reply = TurnResponse(
+                run=folder.run_id, episode=specs[n].id, sender="solver", role="solver", text=text
+            )
+            return EpisodeResult(spec=specs[n], outcome="success", turns=1, transcript=[reply])
+
+        await writer.write(result(0, "cut wire 1"))
+        with contextlib.suppress(OSError), (disk / "filler").open("wb") as filler:
+            while True:  # every free page, so only room left inside the files' last pages
+                filler.write(b"\0" * 4096)
+                filler.flush()
+        # One batch: the first transcript waits in the file's buffer (its record is ready
+        # too) until the second's overflows it; then the disk takes only part of the first.
+        writes = [writer.write(result(n, f"cut wire {n} " * 500)) for n in (1, 2)]
+        failures = await asyncio.gather(*writes, return_exceptions=True)
+        await writer.close()
+        for failure in failures:
+            assert isinstance(failure, results.RecordingFailed)
+            assert "No space left on device" in str(failure)
+
+        assert [r["episode"] for r in folder.records()] == [specs[0].id]
+        assert list(folder.iter_transcript(specs[0].id))
+
+
+async def test_records_naming_missing_or_torn_transcript_lines_are_played_again(
+    tmp_path: Path,
+) -> None:
+    config = load_config(wire_config(4))
+    out = tmp_path / "run"
+    first = await run_experiment(config, out)
+    by_offset = sorted(first.records, key=lambda r: r["transcript"]["offset"])
+    last, before = by_offset[-1], by_offset[-2]
+    transcripts = out / "transcripts.jsonl"
+    with transcripts.open("r+b") as f:  # the last transcript cut short, as a full disk did
+        f.truncate(last["transcript"]["offset"] + last["transcript"]["length"] // 2)
+    # A record whose place points mid-line (its transcript's first byte overwritten).
+    with transcripts.open("r+b") as f:
+        f.seek(before["transcript"]["offset"])
+        f.write(b"x")
+
+    resumed = await run_experiment(config, out, resume=True)
+
+    assert sorted(r["episode"] for r in resumed.records) == sorted(
+        r["episode"] for r in first.records
+    )
+    assert resumed.progress.done == 2  # only those two were played again
+    assert every_line_parses(out / "episodes.jsonl") == 4
+    folder = RunFolder(out)
+    for record in folder.records():
+        assert list(folder.iter_transcript(record["episode"]))
+
+
 async def test_torn_images_run_json_and_transcript_are_repaired_on_resume(tmp_path: Path) -> None:
     config = load_config(wire_config(6))
     out = tmp_path / "run"
