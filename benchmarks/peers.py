@@ -32,6 +32,12 @@ writes benchmarks/results/peers.json (or ``--json PATH``).
     python benchmarks/peers.py                   # sizes 200,1000,2000, 2 repeats each
     python benchmarks/peers.py --quick           # 200 only, 1 repeat, shorter long game
     python benchmarks/peers.py --only single --sizes 1000 --repeats 3
+    # The long game by instructions and first-level cache misses, steady on a busy machine
+    # (after a plain run installed the peers): each driver's timed part is dump 2 of its
+    # process, cg.<pid>.2 (each row prints its pid); the summary line has the totals
+    valgrind --tool=callgrind --trace-children=yes --cache-sim=yes --dump-before=os_getppid \
+        --callgrind-out-file=cg.%p python benchmarks/peers.py --only long --repeats 1 \
+        --long-episodes 150 --marks
 """
 
 from __future__ import annotations
@@ -357,11 +363,15 @@ from clemcore.clemgame.registry import GameSpec
 
 spec = GameSpec.from_dict(meta)
 mock = [backends.ModelSpec(model_name="mock"), backends.ModelSpec(model_name="mock")]
+# --marks: os.getppid() around each timed part, which callgrind dumps before (a dump each)
+mark = os.getppid if os.environ.get("PARLEY_BENCH_MARKS") == "1" else (lambda: 0)
 if mode == "clem-run":
+    mark()
     start, cpu = time.perf_counter(), time.process_time()
     cli.run(spec, mock, gen_args={"temperature": 0.0, "max_tokens": 100},
             results_dir_path=root / "results")
     seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    mark()
     records = [json.loads(p.read_text()) for p in (root / "results").rglob("interactions.json")]
     responses = sum(e["action"]["type"] == "get message" for r in records
                     for turn in r["turns"] for e in turn)
@@ -370,6 +380,7 @@ else:
     benchmark = GameBenchmark.load_from_spec(spec)
     models = backends.load_models(mock, {"temperature": 0.0, "max_tokens": 100})
     responses = done = 0
+    mark()
     start, cpu = time.perf_counter(), time.process_time()
     for game_id in range(episodes):
         gm = benchmark.create_game_master({"name": "count"}, models)
@@ -387,7 +398,9 @@ else:
         json.dumps(recorder.interactions)
         done += 1
     seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
-print(json.dumps({"episodes": done, "turns": responses, "seconds": seconds, "cpu_s": cpu_s}))
+    mark()
+print(json.dumps({"episodes": done, "turns": responses, "seconds": seconds, "cpu_s": cpu_s,
+                  "pid": os.getpid()}))
 """
 
 # parley's side, in one process on the local bus, tracing and state publishing off, one episode
@@ -398,7 +411,7 @@ print(json.dumps({"episodes": done, "turns": responses, "seconds": seconds, "cpu
 # and ``comma.memory`` (``--long-game``; five stages, 19 turns an episode, the longest scripted
 # COMMA episode: a real game's logic on top).
 PARLEY_LONG = """
-import json, sys, tempfile, time
+import json, os, sys, tempfile, time
 from pathlib import Path
 from parley import event_loop
 from parley.environments.base import GameMaster, Observation
@@ -457,10 +470,15 @@ config = load_config({
 })
 out = Path(tempfile.mkdtemp(prefix="parley-peers-long-"))
 all_games()  # the games imported before the clock starts, as clemcore's game is
+# --marks: os.getppid() around the timed part, which callgrind dumps before (a dump each)
+mark = os.getppid if os.environ.get("PARLEY_BENCH_MARKS") == "1" else (lambda: 0)
+mark()
 start, cpu = time.perf_counter(), time.process_time()
 outcome = event_loop.run(run_experiment(config, out / "run"))
+seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
+mark()
 print(json.dumps({"episodes": len(outcome.records), "turns": sum(r["turns"] for r in outcome.records),
-                  "seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
+                  "seconds": seconds, "cpu_s": cpu_s, "pid": os.getpid(),
                   "won": sum(r["outcome"] == "success" for r in outcome.records)}))
 """
 
@@ -524,7 +542,7 @@ def long_game(args: argparse.Namespace) -> list[dict[str, Any]]:
             print(
                 f"  long #{repeat} {who:8} {game[:14]:14} {row['us_per_turn']} µs/turn, "
                 f"{row['cpu_us_per_turn']} CPU µs/turn, {row['us_per_episode']} µs/episode "
-                f"({figures['turns']} turns)",
+                f"({figures['turns']} turns, pid {figures['pid']})",
                 file=sys.stderr,
             )
     return rows
@@ -628,7 +646,14 @@ def main() -> int:
     parser.add_argument("--long-game", default="comma.memory", help="long game: parley's game")
     parser.add_argument("--quick", action="store_true", help="N=200, 1 repeat, short long game")
     parser.add_argument("--json", type=Path, default=RESULTS / "peers.json", help="output JSON")
+    parser.add_argument(
+        "--marks",
+        action="store_true",
+        help="long game: each driver calls os.getppid() around its timed part (callgrind)",
+    )
     args = parser.parse_args()
+    if args.marks:
+        os.environ["PARLEY_BENCH_MARKS"] = "1"  # the drivers' processes inherit it
     if args.quick:
         args.sizes, args.repeats, args.long_episodes = "200", 1, 200
     args.sizes = [int(x) for x in str(args.sizes).split(",") if x]
