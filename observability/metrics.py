@@ -24,7 +24,9 @@ Instruments (attributes in brackets):
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
+import logging
 import math
 import threading
 import time
@@ -55,6 +57,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from parley.observability.tracing import otlp_settings
 
+log = logging.getLogger("parley.observability.metrics")
 _bisect = bisect.bisect_left
 SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60]
 TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576]
@@ -72,23 +75,34 @@ class JsonlMetricExporter(MetricExporter):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
         self._lock = threading.Lock()
+        self._failed = False
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
         line = metrics_data.to_json(indent=None) + "\n"
         with self._lock:
-            if self._file.closed:
+            if self._file.closed or self._failed:
                 return MetricExportResult.FAILURE
-            self._file.write(line)
-            self._file.flush()
+            try:
+                self._file.write(line)
+                self._file.flush()
+            except OSError as exc:  # a full disk costs the metrics, never the run
+                self._failed = True
+                log.warning(
+                    "cannot write metrics to %s (%s): this process's later exports are "
+                    "dropped (the run's records are not affected)",
+                    self.path,
+                    exc.strerror or exc,
+                )
+                return MetricExportResult.FAILURE
         return MetricExportResult.SUCCESS
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return True
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
-        with self._lock:
+        with self._lock, contextlib.suppress(OSError):  # what a failed write left buffered
             self._file.close()
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import threading
 import time
@@ -32,6 +33,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from parley.observability.light_spans import LightSpan
 
+log = logging.getLogger("parley.observability.traces")
 _UNSET_STATUS = LightSpan._status
 # OTLP's enum numbers (opentelemetry/proto/trace/v1/trace.proto).
 _KIND = {
@@ -350,6 +352,10 @@ class OtlpJsonSpanWriter(SpanProcessor):
     ``write`` (whole lines even with several processes appending to one file). ``force_flush``
     and ``shutdown`` write everything that waits before they return; a process killed outright
     loses at most the last ``interval_s`` of spans, and never leaves half a line.
+
+    A file that cannot be written (a full disk) costs the traces, never the run: one warning
+    says so, and from then on spans are counted and dropped (readers skip the line a failed
+    write may have cut); ``dropped`` says how many.
     """
 
     def __init__(self, path: str | Path, *, batch: int = 512, interval_s: float = 0.5) -> None:
@@ -363,6 +369,8 @@ class OtlpJsonSpanWriter(SpanProcessor):
         self._wake = threading.Event()
         self._stop = False
         self._encoder = Encoder()
+        self.dropped = 0  # spans not written since a write failed
+        self._failed = False
         self._thread = threading.Thread(target=self._run, name="parley-span-writer", daemon=True)
         self._thread.start()
 
@@ -370,6 +378,9 @@ class OtlpJsonSpanWriter(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
+        if self._failed:
+            self.dropped += 1
+            return
         queue = self._queue
         queue.append(span)
         if len(queue) == self.batch:
@@ -391,8 +402,27 @@ class OtlpJsonSpanWriter(SpanProcessor):
                 spans = [queue.popleft() for _ in range(n)]
                 data = self._encoder.line(spans, pause)
                 view = memoryview(data)
-                while view:  # a regular file takes it in one write; loop for the odd short one
-                    view = view[os.write(self._fd, view) :]
+                try:
+                    while view:  # a regular file takes it in one write; loop for a short one
+                        view = view[os.write(self._fd, view) :]
+                except OSError as exc:
+                    self._fail(exc, n)
+
+    def _fail(self, exc: OSError, spans: int) -> None:
+        """Drop ``spans`` (the batch that failed) and what waits; later spans drop in on_end."""
+        if not self._failed:
+            self._failed = True
+            log.warning(
+                "cannot write spans to %s (%s): this process's traces from here on are "
+                "dropped (the run's records are not affected)",
+                self.path,
+                exc.strerror or exc,
+            )
+        queue = self._queue
+        while queue:  # popped one by one: on_end may still append one meanwhile
+            queue.popleft()
+            spans += 1
+        self.dropped += spans
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self._drain()

@@ -188,6 +188,7 @@ class RunFolder(RecordedRun):
             meta = folder._read_meta(config)
             folder.images.mkdir(exist_ok=True)
             folder._compact(torn_images=folder._check_images())
+            folder._end_on_whole_lines(TORN_TAIL_FILES)
         else:
             folder.path.mkdir(parents=True, exist_ok=True)
             run_id = f"{config.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
@@ -298,6 +299,26 @@ class RunFolder(RecordedRun):
                     f.truncate(end)
                     os.fsync(f.fileno())
 
+    def _end_on_whole_lines(self, names: tuple[str, ...]) -> None:
+        """Cut each of these files after its last whole line: the tail a failed write left (a
+        full disk) would otherwise swallow the first line the resumed run appends."""
+        for name in names:
+            path = self.path / name
+            try:
+                with path.open("r+b") as f:
+                    size = f.seek(0, os.SEEK_END)
+                    if size == 0:
+                        continue
+                    f.seek(max(0, size - 1))
+                    if f.read(1) == b"\n":
+                        continue
+                    f.seek(0)
+                    end = f.read().rfind(b"\n") + 1  # torn tails are rare: read it whole
+                    f.truncate(end)
+            except FileNotFoundError:
+                continue
+            log.warning("cut a torn last line off %s", path)
+
     def _with_whole_transcripts(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The records whose transcript lines are all in ``transcripts.jsonl``: inside the
         file, starting a line and ending one. An older version could record an episode whose
@@ -334,6 +355,10 @@ class RunFolder(RecordedRun):
             chunk = f.read(int(where["length"]))
         return any(m.group(1).decode() in shas for m in _IMAGE_REF.finditer(chunk))
 
+
+# The run folder's append-only logs besides the records (observability writes them), whose
+# last line a full disk may have cut.
+TORN_TAIL_FILES = ("traces.jsonl", "metrics.jsonl")
 
 # What names a run's episodes, per game block: a resumed run must ask for the same ones.
 _BLOCK_FIELDS = ("game", "seeds", "instances_file", "pairings", "repetitions", "settings", "memory")

@@ -16,8 +16,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from opentelemetry.sdk.metrics.export import MetricExportResult, MetricsData
+from opentelemetry.sdk.resources import Resource
 
 from parley.bus.messages import TurnResponse
+from parley.observability.light_spans import LightTracer
+from parley.observability.metrics import JsonlMetricExporter
+from parley.observability.otlp_json import OtlpJsonSpanWriter
+from parley.observability.tracing import read_spans
 from parley.runtime import results
 from parley.runtime.config import load_config
 from parley.runtime.episode import EpisodeResult
@@ -190,6 +196,82 @@ def test_a_full_disk_stops_the_run_loudly_and_it_resumes_once_there_is_room(
         for record in records:
             assert list(folder.iter_transcript(record["episode"]))
         assert json.loads((out / "run.json").read_text())["run"] == folder.run_id
+
+
+def test_a_full_disk_with_tracing_on_stops_the_run_in_one_line_and_resumes(
+    tmp_path: Path,
+) -> None:
+    """Tracing is on by default: its span and metric files fill the disk too, and their
+    failures must cost the traces, never show a traceback or stop the resume."""
+    count = 150
+    config_file = tmp_path / "traced.yaml"
+    config = {**wire_config(count, "traced"), "concurrency": 16, "tracing": {"enabled": True}}
+    config_file.write_text(yaml.safe_dump(config))
+    with small_disk(tmp_path / f"disk-{uuid.uuid4().hex[:6]}", "400k") as disk:
+        out = disk / "run"
+        full = parley("run", str(config_file), "--out", str(out))
+        assert full.returncode == 1, full.stderr[-2000:]
+        assert "cannot write the run folder" in full.stderr
+        assert "Traceback" not in full.stderr, full.stderr[-3000:]
+        assert len(RunFolder(out).records()) < count
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        resumed = parley("run", str(config_file), "--out", str(out), "--resume")
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        records = RunFolder(out).records()
+        assert sorted(r["seed"] for r in records) == list(range(count))
+        assert every_line_parses(out / "traces.jsonl") > 0
+        assert {s["name"] for s in read_spans(out)} >= {"episode comma.wire"}
+
+
+async def test_span_and_metric_files_on_a_full_disk_warn_once_and_drop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with small_disk(tmp_path / f"disk-{uuid.uuid4().hex[:6]}", "1m") as disk:
+        spans = OtlpJsonSpanWriter(disk / "traces.jsonl", interval_s=3600)
+        metrics = JsonlMetricExporter(disk / "metrics.jsonl")
+        tracer = LightTracer(Resource.create({}), [spans])
+        tracer.start_span("first").end()
+        spans.force_flush()
+        assert metrics.export(MetricsData(resource_metrics=[])) == MetricExportResult.SUCCESS
+        with contextlib.suppress(OSError), (disk / "filler").open("wb") as filler:
+            while True:  # every free page: the files can grow only inside their last one
+                filler.write(b"\0" * 4096)
+                filler.flush()
+
+        for n in range(50):
+            tracer.start_span(f"span {n}", attributes={"pad": "x" * 2000}).end()
+        assert spans.force_flush()  # no exception: the spans are dropped
+        exports = [metrics.export(MetricsData(resource_metrics=[])) for _ in range(300)]
+        assert MetricExportResult.FAILURE in exports
+        assert spans.dropped == 50
+        tracer.start_span("later").end()  # dropped at once, not kept in memory
+        assert spans.dropped == 51 and not spans._queue
+        spans.shutdown()
+        metrics.shutdown()
+
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len([w for w in warnings if w.startswith("cannot write spans")]) == 1
+        assert len([w for w in warnings if w.startswith("cannot write metrics")]) == 1
+        assert all("No space left on device" in w for w in warnings)
+        assert [s["name"] for s in read_spans(disk)] == ["first"]  # a cut line is skipped
+
+
+async def test_a_resumed_run_cuts_the_torn_last_line_of_its_traces(tmp_path: Path) -> None:
+    config = load_config({**wire_config(3), "tracing": {"enabled": True}})
+    out = tmp_path / "run"
+    await run_experiment(config, out)
+    with (out / "traces.jsonl").open("ab") as f:
+        f.write(b'{"resourceSpans": [{"reso')  # a write a full disk cut short
+    await run_experiment(
+        load_config({**wire_config(4), "tracing": {"enabled": True}}),
+        out,
+        resume=True,
+        force_resume=True,
+    )
+    assert every_line_parses(out / "traces.jsonl") > 1
+    episodes = [s for s in read_spans(out) if s["name"].startswith("episode")]
+    assert len(episodes) == 4  # the resumed run's spans are all there, none swallowed
 
 
 async def test_on_a_full_disk_no_record_names_a_transcript_that_was_not_written(
