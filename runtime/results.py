@@ -124,9 +124,14 @@ class RunFolder(RecordedRun):
                 raise ConfigError(
                     [("--out", str(folder.path), f"a folder that can be created ({exc.strerror})")]
                 ) from None
-            folder.lock()
         try:
+            if lock:
+                folder.lock()
             return folder._prepare(config, meta_file, resume, planned, same_config)
+        except OSError as exc:  # a full disk before the first record: said as a later one is
+            folder.unlock()
+            cause = exc.strerror or str(exc)
+            raise RecordingFailed(f"cannot write the run folder {folder.path}: {cause}") from exc
         except BaseException:
             folder.unlock()
             raise
@@ -150,10 +155,15 @@ class RunFolder(RecordedRun):
                 f"run folder {self.path} is in use by pid {holder}: wait for that run to end, "
                 "or use another --out"
             ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
+        try:
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
+        except OSError:  # a full disk: let the lock go with the file, and say why (prepare)
+            with contextlib.suppress(OSError):
+                handle.close()
+            raise
         self._lock = handle
 
     def unlock(self) -> None:

@@ -198,6 +198,26 @@ def test_a_full_disk_stops_the_run_loudly_and_it_resumes_once_there_is_room(
         assert json.loads((out / "run.json").read_text())["run"] == folder.run_id
 
 
+def test_a_disk_full_before_the_run_begins_is_said_in_one_line(tmp_path: Path) -> None:
+    config_file = tmp_path / "first.yaml"
+    config_file.write_text(yaml.safe_dump(wire_config(5, "first")))
+    with small_disk(tmp_path / f"disk-{uuid.uuid4().hex[:6]}", "64k") as disk:
+        with contextlib.suppress(OSError), (disk / "filler").open("wb") as filler:
+            while True:
+                filler.write(b"\0" * 4096)
+                filler.flush()
+        out = disk / "run"
+        full = parley("run", str(config_file), "--out", str(out))
+        assert full.returncode == 1, full.stderr[-2000:]
+        assert f"cannot write the run folder {out}: No space left on device" in full.stderr
+        assert "Traceback" not in full.stderr, full.stderr[-3000:]
+
+        subprocess.run(["mount", "-o", "remount,size=64m", str(disk)], check=True)
+        resumed = parley("run", str(config_file), "--out", str(out), "--resume")
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+        assert len(RunFolder(out).records()) == 5
+
+
 def test_a_full_disk_with_tracing_on_stops_the_run_in_one_line_and_resumes(
     tmp_path: Path,
 ) -> None:
