@@ -207,7 +207,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # them, and --no-report leaves it to `parley report` (benchmarks time the run alone).
     report: Path | str = f"not written; parley report {outcome.folder.path}"
     if not getattr(args, "no_report", False):
-        report = write_report(outcome.folder.path)
+        try:
+            report = write_report(outcome.folder.path)
+        except OSError as exc:  # the records are safe: a report that cannot be written waits
+            report = f"not written ({exc.strerror or exc}); parley report {outcome.folder.path}"
         header, rows = summary_rows(outcome.records)
         table = Table(title=f"run {outcome.run_id}")
         for name in header:
@@ -516,7 +519,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if not (run / "episodes.jsonl").exists():
         console.print(f"[red]{run} is not a run folder (no episodes.jsonl)[/]")
         return 2
-    path = write_report(run)
+    try:
+        path = write_report(run)
+    except OSError as exc:
+        console.print(f"[red]cannot write the report of {run}: {exc.strerror or exc}[/]")
+        return 1
     print(path.read_text(encoding="utf-8"))  # not built twice: reading every transcript is slow
     console.print(f"written to {path}")
     return 0

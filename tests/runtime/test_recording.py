@@ -218,6 +218,24 @@ def test_a_disk_full_before_the_run_begins_is_said_in_one_line(tmp_path: Path) -
         assert len(RunFolder(out).records()) == 5
 
 
+def test_a_report_that_cannot_be_written_leaves_the_run_done(tmp_path: Path) -> None:
+    """The report comes after the records are safe: failing to write it (here its path is a
+    folder, as a full disk would fail it) says so and how to write it later."""
+    config_file = tmp_path / "report.yaml"
+    config_file.write_text(yaml.safe_dump(wire_config(3, "report")))
+    out = tmp_path / "run"
+    (out / "report.md").mkdir(parents=True)
+    done = parley("run", str(config_file), "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr + done.stdout
+    said = " ".join((done.stdout + done.stderr).split())  # the console wraps long lines
+    assert "(report: not written (Is a directory); parley report" in said
+    assert len(RunFolder(out).records()) == 3
+    later = parley("report", str(out))
+    assert later.returncode == 1 and "Traceback" not in later.stderr + later.stdout
+    assert "cannot write the report" in later.stdout + later.stderr
+
+
 def test_a_full_disk_with_tracing_on_stops_the_run_in_one_line_and_resumes(
     tmp_path: Path,
 ) -> None:
