@@ -55,7 +55,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-from parley.observability.tracing import otlp_settings
+from parley.observability.tracing import METRICS_FILE, otlp_settings
 
 log = logging.getLogger("parley.observability.metrics")
 _bisect = bisect.bisect_left
@@ -409,7 +409,7 @@ class RunMetrics:
         self._keys: dict[tuple[Any, ...], Key] = {}
         readers: list[MetricReader] = []
         if run_dir is not None:
-            exporter = JsonlMetricExporter(Path(run_dir) / "metrics.jsonl")
+            exporter = JsonlMetricExporter(Path(run_dir) / METRICS_FILE)
             readers.append(_Reader(exporter, instruments, resource))
         otlp = _otlp_exporter()
         if otlp is not None:

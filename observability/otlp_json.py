@@ -34,6 +34,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from parley.observability.light_spans import LightSpan
 
 log = logging.getLogger("parley.observability.traces")
+TRACES_FILE = "traces.jsonl"  # a run folder's spans
 _UNSET_STATUS = LightSpan._status
 # OTLP's enum numbers (opentelemetry/proto/trace/v1/trace.proto).
 _KIND = {
@@ -551,8 +552,8 @@ def trace_files(path: str | Path) -> list[Path]:
         return [target]
     if not target.is_dir():
         return []
-    if (target / "traces.jsonl").exists():
-        return [target / "traces.jsonl"]
+    if (target / TRACES_FILE).exists():
+        return [target / TRACES_FILE]
     return sorted(p for p in target.iterdir() if p.suffix in (".json", ".jsonl") and p.is_file())
 
 

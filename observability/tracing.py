@@ -65,7 +65,10 @@ from parley.observability.light_spans import (
     remember,
     stamp,
 )
-from parley.observability.otlp_json import OtlpJsonSpanWriter
+from parley.observability.otlp_json import TRACES_FILE, OtlpJsonSpanWriter
+
+# A run folder's metric exports (observability/metrics.py writes them).
+METRICS_FILE = "metrics.jsonl"
 
 if TYPE_CHECKING:
     from parley.bus.base import Bus
@@ -248,7 +251,7 @@ class Tracing:
         processors: list[SpanProcessor] = []
         if run_dir is not None:
             # OTLP JSON lines, encoded and written by a thread of its own (otlp_json.py).
-            processors.append(OtlpJsonSpanWriter(Path(run_dir) / "traces.jsonl"))
+            processors.append(OtlpJsonSpanWriter(Path(run_dir) / TRACES_FILE))
         otlp = _otlp_exporter()
         if otlp is not None:
             processors.append(BatchSpanProcessor(otlp, max_queue_size=65536))

@@ -27,6 +27,8 @@ from parley.bus.codec import encode_transcript
 from parley.bus.signing import KEY_FILE, RunKey, SigningError
 from parley.event_loop import Pacer
 from parley.observability import tracing
+from parley.observability.otlp_json import TRACES_FILE
+from parley.observability.tracing import METRICS_FILE
 from parley.records import FINISHED, RecordedRun, check_folder
 from parley.records import main_score as main_score
 from parley.records import read_records as read_records
@@ -55,6 +57,14 @@ class RunFolderError(RuntimeError):
 class RecordingFailed(RuntimeError):
     """The run folder could not be written (a full disk, an I/O error). The run stops at once;
     what was recorded before stays, and ``--resume`` goes on once the folder can be written."""
+
+    @classmethod
+    def of(cls, folder: Path, exc: BaseException) -> RecordingFailed:
+        """The failure to write ``folder``, saying why (``exc``, kept as its cause)."""
+        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        failure = cls(f"cannot write the run folder {folder}: {cause}")
+        failure.__cause__ = exc
+        return failure
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -130,8 +140,7 @@ class RunFolder(RecordedRun):
             return folder._prepare(config, meta_file, resume, planned, same_config)
         except OSError as exc:  # a full disk before the first record: said as a later one is
             folder.unlock()
-            cause = exc.strerror or str(exc)
-            raise RecordingFailed(f"cannot write the run folder {folder.path}: {cause}") from exc
+            raise RecordingFailed.of(folder.path, exc) from exc
         except BaseException:
             folder.unlock()
             raise
@@ -368,7 +377,7 @@ class RunFolder(RecordedRun):
 
 # The run folder's append-only logs besides the records (observability writes them), whose
 # last line a full disk may have cut.
-TORN_TAIL_FILES = ("traces.jsonl", "metrics.jsonl")
+TORN_TAIL_FILES = (TRACES_FILE, METRICS_FILE)
 
 # What names a run's episodes, per game block: a resumed run must ask for the same ones.
 _BLOCK_FIELDS = ("game", "seeds", "instances_file", "pairings", "repetitions", "settings", "memory")
@@ -624,9 +633,7 @@ class ResultWriter:
         batch: list[tuple[EpisodeResult | EncodedResult, asyncio.Future[None]]],
     ) -> None:
         """Stop writing: this batch, what waits and what comes later all fail loudly."""
-        cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        self.failure = RecordingFailed(f"cannot write the run folder {self.folder.path}: {cause}")
-        self.failure.__cause__ = exc
+        self.failure = RecordingFailed.of(self.folder.path, exc)
         waiting, self._pending = self._pending, []
         for _, future in [*batch, *waiting]:
             if not future.done():

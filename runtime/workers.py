@@ -576,9 +576,9 @@ class WorkerScheduler:
                 elif kind == b"E":
                     self.errors.append(f"worker {i} failed: {payload.decode(errors='replace')}")
         finally:
-            self._arrived(i, None)  # a worker gone before it was ready holds nobody back
             if link in self._ready:
                 self._ready.remove(link)
+            self._arrived(i, None)  # a worker gone before it was ready holds nobody back
             if not done:
                 self._lose_figures(i)
             self._share[i] = (self._share[i][0], 0)
