@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from opentelemetry import trace
 
 import parley.bus as bus_module
@@ -351,9 +350,11 @@ class Scheduler:
 
         async def listen() -> None:
             try:
-                async with anyio.create_task_group() as tg:
+                # asyncio's own group: anyio's imports its asyncio backend on first use, ~19 ms
+                # of a run's start that a run without worker threads never needs otherwise.
+                async with asyncio.TaskGroup() as group:
                     for sub in subs:
-                        tg.start_soon(obey, sub)
+                        group.create_task(obey(sub))
             finally:
                 for sub in subs:
                     with contextlib.suppress(Exception):

@@ -67,7 +67,6 @@ from parley.agents.backends.spec import ModelSpec
 from parley.bus.signing import RunKey
 from parley.event_loop import LoopLagProbe, Pacer, responsive_gc
 from parley.observability import tracing as tracing_module
-from parley.observability.metrics import episode_summary
 from parley.observability.tracing import Tracing, span_context
 from parley.records import loads
 from parley.runtime.config import ConfigError, ExperimentConfig
@@ -657,6 +656,10 @@ class _FrameSink:
                 encoded = EncodedResult.safely(result, self.run)
                 # The parent keeps the run's metrics: it has CPU to spare, the workers do not.
                 if self.metrics:
+                    # Imported only here: the metrics SDK costs a run with tracing off ~15 ms
+                    # at its start (runtime/scheduler.py imports this module for every run).
+                    from parley.observability.metrics import episode_summary
+
                     encoded.metrics = episode_summary(result)
                 self.link.write(frame(b"R", pack_result(encoded)))
                 await self.link.drain()

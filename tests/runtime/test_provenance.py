@@ -108,6 +108,26 @@ def test_run_json_names_parley_python_and_packages(run: Path) -> None:
         assert made["packages"][name] == metadata.version(name), name
 
 
+def test_installed_versions_read_as_importlib_metadata_reads_them() -> None:
+    # Every distribution of this environment: wheels, the editable parley, whatever else.
+    names = {d.metadata["Name"] for d in metadata.distributions()}
+    assert len(names) > 20
+    for name in names:
+        assert provenance.installed_version(name) == metadata.version(name), name
+    assert provenance.installed_version("no-such-distribution-here") is None
+
+
+def test_git_state_is_none_where_git_is_not_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require(shutil.which("git") is not None, "git is not installed")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert provenance.git_state(repo) is None
+
+
 def test_run_json_names_the_commit_of_parley_s_checkout(run: Path) -> None:
     git = meta(run)["provenance"]["git"]
     if not (ROOT / ".git").exists():  # an installed wheel: no commit to name
