@@ -63,18 +63,20 @@ def parley_version() -> str:
 
 
 def installed_version(name: str) -> str | None:
-    """The installed version of distribution ``name``, or None when it is not installed.
+    """The installed version of distribution ``name``, or None when it is not installed (or
+    its metadata cannot be read).
 
     Read from its metadata's ``Version:`` line: ``importlib.metadata.version`` parses the
     whole file with the email parser, five times the cost, and a run's start waits on 18 of
     these. A file without that line is left to ``importlib.metadata``."""
     try:
         dist = metadata.distribution(name)
-    except metadata.PackageNotFoundError:
+        text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+        found = _VERSION_LINE.search(text)
+        return found.group(1) if found else dist.version
+    # Not installed, or metadata that cannot be read (provenance is never worth a run).
+    except (metadata.PackageNotFoundError, OSError, ValueError):
         return None
-    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
-    found = _VERSION_LINE.search(text)
-    return found.group(1) if found else dist.version
 
 
 def _git(root: Path, *commands: tuple[str, ...]) -> list[str | None]:

@@ -117,6 +117,18 @@ def test_installed_versions_read_as_importlib_metadata_reads_them() -> None:
     assert provenance.installed_version("no-such-distribution-here") is None
 
 
+def test_a_distribution_whose_metadata_cannot_be_read_has_no_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken-1.0.dist-info" / "METADATA").mkdir(parents=True)  # not a file
+    plain = tmp_path / "plain-2.5.dist-info"
+    plain.mkdir()
+    (plain / "METADATA").write_text("Metadata-Version: 2.1\nName: plain\nVersion: 2.5\n\nbody\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert provenance.installed_version("broken") is None
+    assert provenance.installed_version("plain") == metadata.version("plain") == "2.5"
+
+
 def test_git_state_is_none_where_git_is_not_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
