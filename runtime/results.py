@@ -19,7 +19,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import yaml
 
@@ -329,14 +329,9 @@ class RunFolder(RecordedRun):
             path = self.path / name
             try:
                 with path.open("r+b") as f:
-                    size = f.seek(0, os.SEEK_END)
-                    if size == 0:
+                    end = _after_last_line(f)
+                    if end == f.seek(0, os.SEEK_END):
                         continue
-                    f.seek(max(0, size - 1))
-                    if f.read(1) == b"\n":
-                        continue
-                    f.seek(0)
-                    end = f.read().rfind(b"\n") + 1  # torn tails are rare: read it whole
                     f.truncate(end)
             except FileNotFoundError:
                 continue
@@ -377,6 +372,20 @@ class RunFolder(RecordedRun):
             f.seek(int(where["offset"]))
             chunk = f.read(int(where["length"]))
         return any(m.group(1).decode() in shas for m in _IMAGE_REF.finditer(chunk))
+
+
+def _after_last_line(f: BinaryIO, block: int = 1 << 16) -> int:
+    """The offset just after the last newline of ``f`` (0 for none), read back from its end a
+    block at a time: a span file can be gigabytes, and its torn tail is a line at most."""
+    end = f.seek(0, os.SEEK_END)
+    while end > 0:
+        start = max(0, end - block)
+        f.seek(start)
+        found = f.read(end - start).rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        end = start
+    return 0
 
 
 # The run folder's append-only logs besides the records (observability writes them), whose

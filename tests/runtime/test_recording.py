@@ -440,3 +440,23 @@ def test_a_transcript_encodes_shared_prompt_messages_once_and_reads_as_encoded_a
     again = decode(lines[2])
     assert isinstance(again, TurnResponse) and again.prompt is not None
     assert again.prompt[1].content[1] == picture.by_reference()
+
+
+@pytest.mark.parametrize("block", [1, 3, 64, 1 << 16])
+def test_the_last_whole_line_is_found_from_the_end_a_block_at_a_time(
+    tmp_path: Path, block: int
+) -> None:
+    """The torn-tail cut reads a file back from its end: a tail longer than a block (and a file
+    with no newline, or an empty one) still ends where its last whole line does."""
+    cases = [
+        (b"", 0),
+        (b"torn", 0),
+        (b'{"a": 1}\n', 9),
+        (b'{"a": 1}\n{"b": 2}\n{"c"', 18),
+        (b'{"a": 1}\n' + b"x" * 500, 9),
+    ]
+    for data, end in cases:
+        path = tmp_path / "f.jsonl"
+        path.write_bytes(data)
+        with path.open("rb") as f:
+            assert results._after_last_line(f, block) == end, (data[:20], block)
