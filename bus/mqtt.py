@@ -1322,7 +1322,15 @@ class MqttBus(Bus):
                 await self._disconnect(conn)
 
     async def _disconnect(self, conn: _Connection) -> None:
-        """Say goodbye; with MQTT 5 also end the session, so the broker stops queueing for us."""
+        """Say goodbye; with MQTT 5 also end the session, so the broker stops queueing for us.
+
+        Shared subscriptions are unsubscribed first, and their UNSUBACK awaited: the broker
+        reads the DISCONNECT whenever it gets to this socket, and a message published from
+        another connection meanwhile could be dealt here and lost with the session. After the
+        UNSUBACK the group's later messages go to the other members."""
+        shared = [f for f in self._filters if topics.is_shared(f)]
+        if shared:
+            await self._broker_unsubscribe(conn, shared)
         properties = None
         if self._v5:
             properties = Properties(PacketTypes.DISCONNECT)
