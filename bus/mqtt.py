@@ -89,6 +89,9 @@ _SUBSCRIBE_BATCH = 64
 NO_BATCH = ("parley/+/jobs",)
 # MQTT 5 Subscription Identifier of every plain filter; each shared filter has its own (2, 3 …).
 _PLAIN_ID = 1
+# How long a closing bus waits for the UNSUBACK of its shared subscriptions (a broker answers in
+# milliseconds; one that is hung or cut off must not hold the close up for operation_timeout).
+_CLOSE_UNSUBSCRIBE_S = 2.0
 
 
 class _PackedOnce(Properties):
@@ -974,9 +977,13 @@ class MqttBus(Bus):
                 state.ready.set_result(None)
         return True
 
-    async def _broker_unsubscribe(self, conn: _Connection, filters: list[str]) -> None:
+    async def _broker_unsubscribe(
+        self, conn: _Connection, filters: list[str], *, timeout: float | None = None
+    ) -> None:
         try:
-            await conn.client.unsubscribe(filters, timeout=self.operation_timeout)
+            await conn.client.unsubscribe(
+                filters, timeout=self.operation_timeout if timeout is None else timeout
+            )
         except MqttError as exc:
             log.debug("unsubscribing from %s failed: %s", filters, exc)
             return
@@ -1330,7 +1337,8 @@ class MqttBus(Bus):
         UNSUBACK the group's later messages go to the other members."""
         shared = [f for f in self._filters if topics.is_shared(f)]
         if shared:
-            await self._broker_unsubscribe(conn, shared)
+            wait = min(self.operation_timeout, _CLOSE_UNSUBSCRIBE_S)
+            await self._broker_unsubscribe(conn, shared, timeout=wait)
         properties = None
         if self._v5:
             properties = Properties(PacketTypes.DISCONNECT)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -303,6 +304,26 @@ async def test_mqtt_a_closed_bus_is_dealt_nothing_published_after_its_close(
             for bus in members:
                 await bus.close()
         assert_dealt(dealt, range(120))
+
+
+async def test_mqtt_a_hung_broker_holds_a_closing_member_up_only_briefly(
+    mosquitto_broker: MqttBroker,
+) -> None:
+    """A broker that stopped answering (SIGSTOP) sends no UNSUBACK: the close waits for it a
+    couple of seconds, not the bus's ``operation_timeout``, then disconnects as before."""
+    bus = mosquitto_broker.bus(operation_timeout=60)
+    await bus.start()
+    sub = bus.subscribe(topics.shared_jobs(), maxsize=1)
+    await sub.ready()
+    assert mosquitto_broker.process is not None and mosquitto_broker.process.process is not None
+    broker = mosquitto_broker.process.process
+    broker.send_signal(signal.SIGSTOP)
+    try:
+        async with asyncio.timeout(30):  # half the operation_timeout: a hang, not a speed
+            await bus.close()
+    finally:
+        broker.send_signal(signal.SIGCONT)
+    assert bus.closed and not bus.connected
 
 
 async def test_mqtt_a_small_mailbox_holds_its_share_back_and_loses_none(
