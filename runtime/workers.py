@@ -53,6 +53,7 @@ import struct
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -639,7 +640,14 @@ class _FrameSink:
     def __init__(self, link: asyncio.StreamWriter, run: str, metrics: bool) -> None:
         self.link = link
         self.run = run
-        self.metrics = metrics
+        # What the run's metrics need of an episode; None when tracing is off.
+        self.summary: Callable[[EpisodeResult], dict[str, Any]] | None = None
+        if metrics:
+            # Imported only here: the metrics SDK costs a run with tracing off ~15 ms at its
+            # start (runtime/scheduler.py imports this module for every run).
+            from parley.observability.metrics import episode_summary
+
+            self.summary = episode_summary
         self._queue: asyncio.Queue[tuple[EpisodeResult, asyncio.Future[None]]] = asyncio.Queue()
         self._task = asyncio.create_task(self._send(), name="result-frames")
 
@@ -655,12 +663,8 @@ class _FrameSink:
             try:
                 encoded = EncodedResult.safely(result, self.run)
                 # The parent keeps the run's metrics: it has CPU to spare, the workers do not.
-                if self.metrics:
-                    # Imported only here: the metrics SDK costs a run with tracing off ~15 ms
-                    # at its start (runtime/scheduler.py imports this module for every run).
-                    from parley.observability.metrics import episode_summary
-
-                    encoded.metrics = episode_summary(result)
+                if self.summary is not None:
+                    encoded.metrics = self.summary(result)
                 self.link.write(frame(b"R", pack_result(encoded)))
                 await self.link.drain()
             except Exception as exc:
