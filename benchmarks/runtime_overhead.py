@@ -16,8 +16,11 @@ benchmarks/results/runtime_overhead.json.
     # MQTT against the local bus, scripted wire at 100 in flight (docs/performance.md):
     python benchmarks/runtime_overhead.py --concurrency 100 --variant text --tracing off \
         --state on --episodes 2000 --no-memory
-    # The same by instructions, steady on a busy machine: each run's counts in a dump of its own
-    # (cg.out.2 local, cg.out.4 Mosquitto; --marks calls os.getppid() around every run)
+    # The same by instructions, steady on a busy machine (needs valgrind; a few minutes): one
+    # local and one Mosquitto run of 300 episodes after a warm-up, counted by callgrind
+    python benchmarks/runtime_overhead.py --instructions
+    # which runs, and reads the dumps of (cg.out.2 local, cg.out.4 Mosquitto; --marks calls
+    # os.getppid() around every measured run; Mosquitto is another process, not counted)
     valgrind --tool=callgrind --dump-before=os_getppid --callgrind-out-file=cg.out \
         python benchmarks/runtime_overhead.py --concurrency 100 --variant text --tracing off \
         --state on --episodes 300 --no-memory --marks
@@ -137,7 +140,9 @@ async def peak_memory(concurrency: int) -> int:
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--episodes", type=int, default=3000)
+    parser.add_argument(
+        "--episodes", type=int, help="episodes per run (default 3000; 300 with --instructions)"
+    )
     parser.add_argument("--no-mqtt", action="store_true")
     both = {"on": (True,), "off": (False,), "both": (False, True)}
     parser.add_argument("--state", choices=sorted(both), default="both")
@@ -159,8 +164,26 @@ async def main() -> None:
         action="store_true",
         help="call os.getppid() before and after each run (valgrind --dump-before=os_getppid)",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions instead (valgrind's callgrind): one local and one Mosquitto "
+        "run of --episodes (default 300), scripted wire, 100 in flight, state on, untraced",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where the JSON goes (default benchmarks/results/runtime_overhead.json, or "
+        "runtime_overhead_instructions.json with --instructions)",
+    )
     args = parser.parse_args()
-    n = args.episodes
+    args.out = args.out or RESULTS / (
+        "runtime_overhead_instructions.json" if args.instructions else "runtime_overhead.json"
+    )
+    if args.instructions:
+        count_instructions(args)
+        return
+    n = args.episodes or 3000
     rows: list[dict] = []
     broker = None
     buses: list[tuple[str, str | None]] = [("local", None)]
@@ -259,13 +282,54 @@ async def main() -> None:
         console.print(
             f"peak memory per live episode (text, 1000 in flight): {per_episode / 1024:.1f} KB"
         )
-    RESULTS.mkdir(exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "rows": rows,
         "memory_per_live_episode_bytes": round(per_episode),
     }
-    (RESULTS / "runtime_overhead.json").write_text(json.dumps(report, indent=2))
+    args.out.write_text(json.dumps(report, indent=2))
+
+
+def count_instructions(args: argparse.Namespace) -> None:
+    """Instructions per turn on the local bus and over Mosquitto, each run counted alone."""
+    from callgrind import CallgrindError, counted_parts
+
+    if args.no_mqtt or not find_mosquitto():
+        raise SystemExit("counting the Mosquitto run needs mosquitto (Debian: mosquitto)")
+    with tempfile.TemporaryDirectory(prefix="parley-bench-") as folder:
+        written = Path(folder) / "counted.json"
+        argv = [__file__, "--concurrency", "100", "--variant", "text", "--tracing", "off"]
+        argv += ["--state", "on", "--episodes", str(args.episodes or 300), "--no-memory"]
+        argv += ["--warmup", str(args.warmup), "--marks", "--out", str(written)]
+        print(f"counting: valgrind --tool=callgrind … python {' '.join(argv)}", flush=True)
+        try:
+            parts = counted_parts(argv, parts=4)
+        except CallgrindError as exc:
+            raise SystemExit(str(exc)) from None
+        rows = json.loads(written.read_text())["rows"]
+    # The counted run's order: the local bus, then Mosquitto (parts 2 and 4).
+    turns = {row["bus"]: row["turns"] for row in rows}
+    local, mqtt = parts[2] / turns["local"], parts[4] / turns["mosquitto"]
+    table = Table(title="instructions per turn (scripted wire, 100 in flight)")
+    for col in ("bus", "turns", "instructions/turn", "mosquitto/local"):
+        table.add_column(col, justify="right")
+    table.add_row("local", str(turns["local"]), f"{local / 1e6:.3f} M", "")
+    table.add_row(
+        "mosquitto", str(turns["mosquitto"]), f"{mqtt / 1e6:.3f} M", f"{local / mqtt:.3f}"
+    )
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    report = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "instructions_per_turn": {"local": local, "mosquitto": mqtt},
+        "turns": turns,
+        "parts": parts,
+        # As the turns/s ratio reads: the target is >= 0.9 (docs/performance.md).
+        "mosquitto_vs_local": local / mqtt,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":

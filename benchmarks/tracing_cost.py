@@ -9,9 +9,11 @@ run made. Wall time is printed but says little on a shared machine.
 
     python benchmarks/tracing_cost.py                          # 300 episodes, 4 rounds
     python benchmarks/tracing_cost.py --episodes 600 --rounds 6 --content --messages
-    # By instructions, steady on a busy machine: one run per mode after a warm-up, each in a
-    # dump of its own (cg.out.2 untraced, cg.out.4 traced; --marks calls os.getppid() around
-    # every measured run; the stand-in server is another process, not counted)
+    # By instructions, steady on a busy machine (needs valgrind; a few minutes): one untraced
+    # and one traced run of 100 episodes after a warm-up of 100, counted by callgrind
+    python benchmarks/tracing_cost.py --instructions
+    # which runs, and reads the dumps of (cg.out.2 untraced, cg.out.4 traced; --marks calls
+    # os.getppid() around every measured run; the stand-in server is another process)
     valgrind --tool=callgrind --dump-before=os_getppid --callgrind-out-file=cg.out \
         python benchmarks/tracing_cost.py --episodes 100 --warmup 100 --rounds 1 --marks
 
@@ -139,7 +141,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--episodes", type=int, default=300)
+    parser.add_argument(
+        "--episodes", type=int, help="episodes per run (default 300; 100 with --instructions)"
+    )
     parser.add_argument("--concurrency", type=int, default=200, help="episodes at once")
     parser.add_argument("--rounds", type=int, default=4, help="off/on pairs, interleaved")
     parser.add_argument("--content", action="store_true", help="record message content too")
@@ -152,7 +156,26 @@ def main() -> None:
         action="store_true",
         help="call os.getppid() before and after each run (valgrind --dump-before=os_getppid)",
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions instead (valgrind's callgrind): one untraced and one traced "
+        "run of --episodes (default 100) after a warm-up of as many",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where the JSON goes (default benchmarks/results/tracing_cost.json, or "
+        "tracing_cost_instructions.json with --instructions)",
+    )
     args = parser.parse_args()
+    args.out = args.out or RESULTS / (
+        "tracing_cost_instructions.json" if args.instructions else "tracing_cost.json"
+    )
+    if args.instructions:
+        count_instructions(args)
+        return
+    args.episodes = args.episodes or 300
     result = asyncio.run(main_async(args))
     s = result["summary"]
     print()
@@ -165,14 +188,57 @@ def main() -> None:
         f"traced/untraced: median of pairs {r['median']:.3f} (range {r['min']:.3f}–{r['max']:.3f}), "
         f"of medians {r['of_medians']:.3f}"
     )
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     out = {
         "args": vars(args),
-        "machine": {"python": platform.python_version(), "cpus": __import__("os").cpu_count()},
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         **result,
     }
-    (RESULTS / "tracing_cost.json").write_text(json.dumps(out, indent=2))
-    print(f"wrote {RESULTS / 'tracing_cost.json'}")
+    args.out.write_text(json.dumps(out, indent=2, default=str))
+    print(f"wrote {args.out}")
+
+
+def count_instructions(args: argparse.Namespace) -> None:
+    """Instructions per model request, untraced and traced, each run counted alone."""
+    from callgrind import CallgrindError, counted_parts
+
+    episodes = args.episodes or 100
+    warmup = episodes if args.warmup is None else args.warmup
+    with tempfile.TemporaryDirectory(prefix="parley-tracing-cost-") as folder:
+        written = Path(folder) / "counted.json"
+        argv = [__file__, "--episodes", str(episodes), "--warmup", str(warmup), "--rounds", "1"]
+        argv += ["--marks", "--concurrency", str(args.concurrency), "--out", str(written)]
+        argv += ["--content"] * args.content + ["--messages"] * args.messages
+        print(f"counting: valgrind --tool=callgrind … python {' '.join(argv)}", flush=True)
+        try:
+            parts = counted_parts(argv, parts=4)
+        except CallgrindError as exc:
+            raise SystemExit(str(exc)) from None
+        # The counted run's requests per mode (its one round plays off, then on).
+        rows = json.loads(written.read_text())["rows"]
+    requests = {mode: rows[mode][0]["requests"] for mode in ("off", "on")}
+    off, on = parts[2] / requests["off"], parts[4] / requests["on"]
+    print()
+    print("| tracing | instructions per request | requests |")
+    print("|---|---|---|")
+    print(f"| off | {off / 1e6:.3f} M | {requests['off']} |")
+    print(f"| on | {on / 1e6:.3f} M | {requests['on']} |")
+    print(
+        f"traced/untraced by instructions: {on / off:.3f} (tracing adds {(on - off) / 1e3:.0f} k)"
+    )
+    out = {
+        "args": vars(args),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "instructions": {
+            "per_request": {"off": off, "on": on},
+            "requests": requests,
+            "parts": parts,
+            "ratio": on / off,
+        },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2, default=str))
+    print(f"wrote {args.out}")
 
 
 if __name__ == "__main__":
