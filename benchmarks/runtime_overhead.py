@@ -29,7 +29,6 @@ benchmarks/results/runtime_overhead.json.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import os
@@ -44,6 +43,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from parley import event_loop
 from parley.bus.broker import find_mosquitto, start_mosquitto
 from parley.runtime.config import load_config
 from parley.runtime.scheduler import run_experiment
@@ -333,4 +333,5 @@ def count_instructions(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    # On the loop `parley run` uses (uvloop where installed; PARLEY_LOOP=asyncio for asyncio's).
+    event_loop.run(main())

@@ -23,7 +23,6 @@ Writes benchmarks/results/tracing_cost.json.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import gc
 import json
 import os
@@ -40,6 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from parley import event_loop  # noqa: E402
 from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
 from parley.runtime.config import load_config  # noqa: E402
 from parley.runtime.scheduler import run_experiment  # noqa: E402
@@ -176,7 +176,8 @@ def main() -> None:
         count_instructions(args)
         return
     args.episodes = args.episodes or 300
-    result = asyncio.run(main_async(args))
+    # On the loop `parley run` uses (uvloop where installed; PARLEY_LOOP=asyncio for asyncio's).
+    result = event_loop.run(main_async(args))
     s = result["summary"]
     print()
     print("| tracing | CPU µs/request (median) | min |")
