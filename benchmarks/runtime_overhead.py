@@ -49,6 +49,8 @@ from parley.runtime.config import load_config
 from parley.runtime.scheduler import run_experiment
 
 RESULTS = Path(__file__).parent / "results"
+# --state and --tracing: the settings each runs
+BOTH = {"on": (True,), "off": (False,), "both": (False, True)}
 
 
 def config(
@@ -138,15 +140,14 @@ async def peak_memory(concurrency: int) -> int:
         shutil.rmtree(out, ignore_errors=True)
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "--episodes", type=int, help="episodes per run (default 3000; 300 with --instructions)"
     )
     parser.add_argument("--no-mqtt", action="store_true")
-    both = {"on": (True,), "off": (False,), "both": (False, True)}
-    parser.add_argument("--state", choices=sorted(both), default="both")
-    parser.add_argument("--tracing", choices=sorted(both), default="both")
+    parser.add_argument("--state", choices=sorted(BOTH), default="both")
+    parser.add_argument("--tracing", choices=sorted(BOTH), default="both")
     parser.add_argument(
         "--concurrency", default="1,1000", help="episodes at once, comma-separated (1,1000)"
     )
@@ -180,9 +181,10 @@ async def main() -> None:
     args.out = args.out or RESULTS / (
         "runtime_overhead_instructions.json" if args.instructions else "runtime_overhead.json"
     )
-    if args.instructions:
-        count_instructions(args)
-        return
+    return args
+
+
+async def main(args: argparse.Namespace) -> None:
     n = args.episodes or 3000
     rows: list[dict] = []
     broker = None
@@ -200,8 +202,8 @@ async def main() -> None:
         for bus_name, url in buses:
             for concurrency in (int(c) for c in args.concurrency.split(",")):
                 for variant in args.variant.split(","):
-                    for tracing in both[args.tracing]:
-                        for state in both[args.state]:
+                    for tracing in BOTH[args.tracing]:
+                        for state in BOTH[args.state]:
                             if args.marks:
                                 os.getppid()
                             result = await measure(
@@ -333,5 +335,9 @@ def count_instructions(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    # On the loop `parley run` uses (uvloop where installed; PARLEY_LOOP=asyncio for asyncio's).
-    event_loop.run(main())
+    arguments = parse_args()
+    if arguments.instructions:
+        count_instructions(arguments)
+    else:
+        # On the loop `parley run` uses (uvloop where installed; PARLEY_LOOP=asyncio for asyncio's).
+        event_loop.run(main(arguments))
