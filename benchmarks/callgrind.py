@@ -14,17 +14,20 @@ cost of moving work between cores, so a ratio of instructions is the part of a C
 the code itself decides. The stand-in model server and Mosquitto are other processes and are
 not counted.
 
-    from callgrind import counted_parts
-    counts = counted_parts(["benchmarks/tracing_cost.py", "--marks", ...], parts=4)  # {k: n}
+    from callgrind import count_benchmark
+    parts, report = count_benchmark("benchmarks/tracing_cost.py", ["--episodes", "100"])
+    parts[2], parts[4]  # the instructions of the first and the second measured run
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 class CallgrindError(RuntimeError):
@@ -80,3 +83,19 @@ def summary(dump: Path) -> int:
     if totals is None:
         raise CallgrindError(f"{dump} has no summary line")
     return totals
+
+
+def count_benchmark(script: str, argv: list[str]) -> tuple[dict[int, int], Any]:
+    """Run the benchmark ``script`` with ``argv``, ``--marks`` and ``--out`` under callgrind; the
+    instructions of its dumps (2: its first measured run, 4: its second) and the JSON it
+    wrote (its rows name what each run played). Exits with the reason where valgrind is
+    missing or the counted run failed."""
+    with tempfile.TemporaryDirectory(prefix="parley-counted-") as folder:
+        written = Path(folder) / "counted.json"
+        command = [script, *argv, "--marks", "--out", str(written)]
+        print(f"counting: valgrind --tool=callgrind … python {' '.join(command)}", flush=True)
+        try:
+            parts = counted_parts(command, parts=4)
+        except CallgrindError as exc:
+            raise SystemExit(str(exc)) from None
+        return parts, json.loads(written.read_text())

@@ -295,23 +295,15 @@ async def main(args: argparse.Namespace) -> None:
 
 def count_instructions(args: argparse.Namespace) -> None:
     """Instructions per turn on the local bus and over Mosquitto, each run counted alone."""
-    from callgrind import CallgrindError, counted_parts
+    from callgrind import count_benchmark
 
     if args.no_mqtt or not find_mosquitto():
         raise SystemExit("counting the Mosquitto run needs mosquitto (Debian: mosquitto)")
-    with tempfile.TemporaryDirectory(prefix="parley-bench-") as folder:
-        written = Path(folder) / "counted.json"
-        argv = [__file__, "--concurrency", "100", "--variant", "text", "--tracing", "off"]
-        argv += ["--state", "on", "--episodes", str(args.episodes or 300), "--no-memory"]
-        argv += ["--warmup", str(args.warmup), "--marks", "--out", str(written)]
-        print(f"counting: valgrind --tool=callgrind … python {' '.join(argv)}", flush=True)
-        try:
-            parts = counted_parts(argv, parts=4)
-        except CallgrindError as exc:
-            raise SystemExit(str(exc)) from None
-        rows = json.loads(written.read_text())["rows"]
+    argv = ["--concurrency", "100", "--variant", "text", "--tracing", "off", "--state", "on"]
+    argv += ["--episodes", str(args.episodes or 300), "--no-memory", "--warmup", str(args.warmup)]
+    parts, counted = count_benchmark(__file__, argv)
     # The counted run's order: the local bus, then Mosquitto (parts 2 and 4).
-    turns = {row["bus"]: row["turns"] for row in rows}
+    turns = {row["bus"]: row["turns"] for row in counted["rows"]}
     local, mqtt = parts[2] / turns["local"], parts[4] / turns["mosquitto"]
     table = Table(title="instructions per turn (scripted wire, 100 in flight)")
     for col in ("bus", "turns", "instructions/turn", "mosquitto/local"):

@@ -201,23 +201,16 @@ def main() -> None:
 
 def count_instructions(args: argparse.Namespace) -> None:
     """Instructions per model request, untraced and traced, each run counted alone."""
-    from callgrind import CallgrindError, counted_parts
+    from callgrind import count_benchmark
 
     episodes = args.episodes or 100
     warmup = episodes if args.warmup is None else args.warmup
-    with tempfile.TemporaryDirectory(prefix="parley-tracing-cost-") as folder:
-        written = Path(folder) / "counted.json"
-        argv = [__file__, "--episodes", str(episodes), "--warmup", str(warmup), "--rounds", "1"]
-        argv += ["--marks", "--concurrency", str(args.concurrency), "--out", str(written)]
-        argv += ["--content"] * args.content + ["--messages"] * args.messages
-        print(f"counting: valgrind --tool=callgrind … python {' '.join(argv)}", flush=True)
-        try:
-            parts = counted_parts(argv, parts=4)
-        except CallgrindError as exc:
-            raise SystemExit(str(exc)) from None
-        # The counted run's requests per mode (its one round plays off, then on).
-        rows = json.loads(written.read_text())["rows"]
-    requests = {mode: rows[mode][0]["requests"] for mode in ("off", "on")}
+    argv = ["--episodes", str(episodes), "--warmup", str(warmup), "--rounds", "1"]
+    argv += ["--concurrency", str(args.concurrency)]
+    argv += ["--content"] * args.content + ["--messages"] * args.messages
+    parts, counted = count_benchmark(__file__, argv)
+    # The counted run's requests per mode (its one round plays off, then on).
+    requests = {mode: counted["rows"][mode][0]["requests"] for mode in ("off", "on")}
     off, on = parts[2] / requests["off"], parts[4] / requests["on"]
     print()
     print("| tracing | instructions per request | requests |")
