@@ -39,11 +39,7 @@ def counted_parts(argv: list[str], *, parts: int, timeout_s: float = 3600) -> di
     instructions of each dump (k → count of what ran before the k-th call). ``parts``: how many
     calls the run must make (two measured runs, each between two: 4); another number means
     something else called ``os.getppid()``, and the dumps would not be the runs."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        raise CallgrindError(
-            "counting instructions needs valgrind (Debian: apt-get install valgrind)"
-        )
+    valgrind = _valgrind()
     with tempfile.TemporaryDirectory(prefix="parley-callgrind-") as folder:
         out = Path(folder) / "cg.out"
         command = [
@@ -71,6 +67,15 @@ def counted_parts(argv: list[str], *, parts: int, timeout_s: float = 3600) -> di
         return found
 
 
+def _valgrind() -> str:
+    found = shutil.which("valgrind")
+    if found is None:
+        raise CallgrindError(
+            "counting instructions needs valgrind (Debian: apt-get install valgrind)"
+        )
+    return found
+
+
 def summary(dump: Path) -> int:
     """The instructions a callgrind dump counted (its ``summary:`` or ``totals:`` line)."""
     totals = None
@@ -93,8 +98,9 @@ def count_benchmark(script: str, argv: list[str]) -> tuple[dict[int, int], Any]:
     with tempfile.TemporaryDirectory(prefix="parley-counted-") as folder:
         written = Path(folder) / "counted.json"
         command = [script, *argv, "--marks", "--out", str(written)]
-        print(f"counting: valgrind --tool=callgrind … python {' '.join(command)}", flush=True)
         try:
+            _valgrind()  # said before the run is announced
+            print(f"counting: valgrind --tool=callgrind … python {' '.join(command)}", flush=True)
             parts = counted_parts(command, parts=4)
         except CallgrindError as exc:
             raise SystemExit(str(exc)) from None
