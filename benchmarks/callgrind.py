@@ -50,7 +50,15 @@ def counted_parts(argv: list[str], *, parts: int, timeout_s: float = 3600) -> di
             sys.executable,
             *argv,
         ]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, errors="replace", timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            raise CallgrindError(
+                f"the counted run did not end within {timeout_s:.0f} s (under callgrind a run "
+                "takes some 50 times as long: count fewer episodes)"
+            ) from None
         if done.returncode != 0:
             tail = "\n".join(done.stderr.strip().splitlines()[-15:])
             raise CallgrindError(f"the counted run failed (exit {done.returncode}):\n{tail}")
