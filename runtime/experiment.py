@@ -200,14 +200,11 @@ def _check_block(
     return problems
 
 
-def episode_id(
-    game: str,
-    seed: int,
-    repetition: int,
-    players: dict[str, PlayerSpec],
-    settings: dict[str, Any],
-    memory: dict[str, MemorySpec],
+def episode_key(
+    players: dict[str, PlayerSpec], settings: dict[str, Any], memory: dict[str, MemorySpec]
 ) -> str:
+    """What sets apart the episodes of one game, seed and repetition: a short hash of their
+    players, settings and memory (the same for every episode of a pairing in a block)."""
     key = json.dumps(
         {
             "players": {r: p.model_dump() for r, p in players.items()},
@@ -216,8 +213,12 @@ def episode_id(
         },
         sort_keys=True,
     )
-    digest = hashlib.sha256(key.encode()).hexdigest()[:8]
-    return f"{game}-s{seed}-r{repetition}-{digest}"
+    return hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+def episode_id(game: str, seed: int, repetition: int, key: str) -> str:
+    """An episode's id, stable across runs of the same config (``key``: :func:`episode_key`)."""
+    return f"{game}-s{seed}-r{repetition}-{key}"
 
 
 def read_instances(path: str | Path) -> list[dict[str, Any]]:
@@ -341,11 +342,12 @@ def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
             except _NeedsImages as exc:
                 problems.append((f"games.{i}.pairings.{j}.{exc.role}", exc.model, exc.why))
                 continue
+            key = episode_key(ordered, settings, memory)  # once a pairing, not once an episode
             for seed, instance in instances:
                 for rep in range(block.repetitions):
                     specs.append(
                         EpisodeSpec(
-                            id=episode_id(block.game, seed, rep, ordered, settings, memory),
+                            id=episode_id(block.game, seed, rep, key),
                             game=block.game,
                             seed=seed,
                             repetition=rep,
