@@ -49,6 +49,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from precompile import compile_parley  # noqa: E402
+
 from parley import event_loop  # noqa: E402
 from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
 from parley.event_loop import LoopLagProbe  # noqa: E402
@@ -525,6 +527,7 @@ def main() -> int:
         help="a short check that it runs end to end: 200 at once, 400 episodes",
     )
     args = parser.parse_args()
+    compile_parley()  # the workers' start is timed (precompile.py)
     if args.quick:
         args.concurrency = min(args.concurrency, 200)
         args.episodes = args.episodes or 2 * args.concurrency

@@ -65,6 +65,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from precompile import compile_parley  # noqa: E402
+
 from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -652,6 +654,7 @@ def main() -> int:
         help="long game: each driver calls os.getppid() around its timed part (callgrind)",
     )
     args = parser.parse_args()
+    compiled = compile_parley()  # the peers' modules were compiled by pip (precompile.py)
     if args.marks:
         os.environ["PARLEY_BENCH_MARKS"] = "1"  # the drivers' processes inherit it
     if args.quick:
@@ -673,6 +676,7 @@ def main() -> int:
             "load_average_1m_after": round(os.getloadavg()[0], 2),
             "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
         },
+        "parley_modules_compiled_first": compiled,
         "pins": PINS,
         "latency_s": args.latency,
         "summary": summary,
