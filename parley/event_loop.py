@@ -47,9 +47,9 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
     ``main``'s result never becomes the result of the loop's main task. On Python 3.11 the
     runner puts the SIGINT handler back as it ends, and ``signal`` formats the handler it
-    replaces, which names that task and so its result: a ``parley run`` of 2,000 episodes
-    spent 126 ms writing its outcome out twice as text that nobody reads, and the time and
-    memory grow with the run (CPython issue 112559).
+    replaces, which names that task and so its result: a run of 2,000 episodes spent 126 ms
+    writing its outcome out twice as text that nobody reads, and the time and memory grow
+    with the run (CPython issue 112559).
     """
     box: list[T] = []
 
