@@ -10,7 +10,7 @@ benchmark that times process starts calls :func:`compile_parley` first, which do
 what pip did for the peers (and what ``python -m compileall`` does for a user).
 
     from precompile import compile_parley
-    compile_parley()  # the number of modules that had no current bytecode
+    compile_parley()  # how many modules got bytecode (0 when all had it already)
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import compileall
 import importlib.util
 import io
 import sys
+import tomllib
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -26,60 +27,44 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def parley_sources() -> list[Path]:
-    """The folders of parley's packages in this checkout (the package maps several)."""
-    folders = {ROOT / "parley"}
-    for name in ("agents", "bus", "environments", "memory", "observability", "runtime"):
-        folders.add(ROOT / name)
-    return sorted(f for f in folders if f.is_dir())
+    """The folders of parley's packages in this checkout, as pyproject.toml maps them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    folders = project["tool"]["setuptools"]["package-dir"].values()
+    return sorted({ROOT / folder for folder in folders})
 
 
-def stale_modules() -> list[Path]:
-    """parley's modules whose bytecode is missing or older than their source."""
-    stale = []
+def _bytecode_times() -> dict[Path, int | None]:
+    """When each parley module's bytecode file was last written (None: it has none)."""
+    times: dict[Path, int | None] = {}
     for folder in parley_sources():
         for source in folder.rglob("*.py"):
-            if not _current(source, Path(importlib.util.cache_from_source(str(source)))):
-                stale.append(source)
-    return stale
-
-
-def _current(source: Path, cached: Path) -> bool:
-    """Whether ``cached`` holds the bytecode of ``source`` as it is now: the test the import
-    system makes, on the source's mtime and size kept in the bytecode file's header."""
-    try:
-        with cached.open("rb") as f:
-            head = f.read(16)
-    except OSError:
-        return False
-    if len(head) < 16 or head[:4] != importlib.util.MAGIC_NUMBER or head[4:8] != bytes(4):
-        return False
-    stat = source.stat()
-    return (
-        int.from_bytes(head[8:12], "little") == int(stat.st_mtime) & 0xFFFFFFFF
-        and int.from_bytes(head[12:16], "little") == stat.st_size & 0xFFFFFFFF
-    )
+            cached = Path(importlib.util.cache_from_source(str(source)))
+            times[source] = cached.stat().st_mtime_ns if cached.exists() else None
+    return times
 
 
 def compile_parley() -> int:
-    """Write bytecode for every parley module that lacks current bytecode; how many there were.
+    """Write bytecode for every parley module whose bytecode is missing or out of date; how
+    many modules got it.
 
-    ``compileall`` writes it whatever ``PYTHONDONTWRITEBYTECODE`` says, as pip does."""
-    stale = stale_modules()
-    if stale:
-        said = io.StringIO()
-        with redirect_stdout(said):  # compileall names each file it compiles, and each failure
-            failed = [f for f in parley_sources() if not compileall.compile_dir(f, quiet=1)]
-        if failed:
-            # A read-only checkout, say: the benchmark still runs, its processes compiling.
-            print(
-                "some parley modules got no bytecode, and the timed processes will compile "
-                f"them at their start: {said.getvalue().strip()[-500:]}",
-                file=sys.stderr,
-            )
+    ``compileall`` writes it whatever ``PYTHONDONTWRITEBYTECODE`` says, as pip does, and
+    leaves bytecode that is current alone (the import system's own test)."""
+    before = _bytecode_times()
+    said = io.StringIO()
+    with redirect_stdout(said):  # compileall names each file it compiles, and each failure
+        failed = [f for f in parley_sources() if not compileall.compile_dir(f, quiet=1)]
+    written = sum(when != before.get(source) for source, when in _bytecode_times().items())
+    if failed:
+        # A read-only checkout, say: the benchmark still runs, its processes compiling.
         print(
-            f"compiled {len(stale) - len(stale_modules())} of {len(stale)} parley modules "
-            "without bytecode first (as pip did for the peers; benchmarks/precompile.py "
-            "says why)",
+            "some parley modules got no bytecode, and the timed processes will compile "
+            f"them at their start: {said.getvalue().strip()[-500:]}",
             file=sys.stderr,
         )
-    return len(stale)
+    if written:
+        print(
+            f"compiled {written} parley modules to bytecode first (as pip did for the peers; "
+            "benchmarks/precompile.py says why)",
+            file=sys.stderr,
+        )
+    return written
