@@ -391,11 +391,11 @@ async def check_models(
     Models with ``launch:`` are skipped, or with ``launch`` started, checked and stopped."""
     import os
 
-    from parley.agents.backends.client import BACKENDS
+    from parley.agents.backends.client import BACKENDS, uses_sdk
 
     env = environ if environ is not None else os.environ
     # The SDKs take seconds to import: before any timeout starts, not inside one.
-    for backend in {spec.backend for spec in models.values() if spec.base_urls}:
+    for backend in {s.backend for s in models.values() if s.base_urls and uses_sdk(s)}:
         BACKENDS[backend].sdk  # noqa: B018 (imports it)
     jobs: list[asyncio.Future[ModelCheck] | asyncio.Task[ModelCheck]] = []
     skipped: list[ModelCheck] = []

@@ -62,7 +62,7 @@ from opentelemetry import trace
 
 import parley.bus as bus_module
 from parley import event_loop
-from parley.agents.backends.client import BACKENDS
+from parley.agents.backends.client import BACKENDS, uses_sdk
 from parley.agents.backends.pool import ModelPool
 from parley.agents.backends.spec import ModelSpec
 from parley.bus.signing import RunKey
@@ -208,7 +208,9 @@ def preload_args(config: ExperimentConfig, specs: list[EpisodeSpec]) -> list[str
         {
             BACKENDS[config.models[m].backend].sdk_name
             for m in models_used(specs)
-            if m in config.models and config.models[m].backend in BACKENDS
+            if m in config.models
+            and config.models[m].backend in BACKENDS
+            and uses_sdk(config.models[m])
         }
     )
     return ["--games", ",".join(games), "--modules", ",".join(modules)]

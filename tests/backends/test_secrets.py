@@ -31,7 +31,8 @@ def _everything_written(run: Path) -> str:
 
 
 @pytest.mark.parametrize(
-    ("backend", "transport"), [("openai", "sdk"), ("anthropic", "sdk"), ("anthropic", "direct")]
+    ("backend", "transport"),
+    [("openai", "sdk"), ("openai", "direct"), ("anthropic", "sdk"), ("anthropic", "direct")],
 )
 async def test_the_key_is_used_but_never_recorded(
     keyed_sim: SimServerProcess,
