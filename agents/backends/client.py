@@ -7,6 +7,8 @@ endpoint and with the limiter's view of overload. Requests go through the SDK's 
 ``client.post`` (documented for endpoints the typed methods do not cover) with a ready JSON body:
 the typed ``create`` methods walk every message of the request to transform it, which costs
 about a millisecond of CPU per call — the budget of a whole turn at 1000 requests/s.
+``transport: direct`` (:class:`DirectTransport`) sends the same requests over connections of
+parley's own, and to an OpenAI-compatible server without importing the SDK at all.
 """
 
 from __future__ import annotations
