@@ -9,6 +9,7 @@ run made. Wall time is printed but says little on a shared machine.
 
     python benchmarks/tracing_cost.py                          # 300 episodes, 4 rounds
     python benchmarks/tracing_cost.py --episodes 600 --rounds 6 --content --messages
+    python benchmarks/tracing_cost.py --transport direct      # the transport concurrency.py uses
     # By instructions, steady on a busy machine (needs valgrind; a few minutes): one untraced
     # and one traced run of 100 episodes after a warm-up of 100, counted by callgrind
     python benchmarks/tracing_cost.py --instructions
@@ -55,8 +56,10 @@ def sim_config() -> dict[str, Any]:
     }
 
 
-def run_config(url: str, episodes: int, concurrency: int, tracing: dict[str, Any]) -> Any:
-    common = {"base_url": url, "images": False, "timeout_s": 60}
+def run_config(
+    url: str, episodes: int, concurrency: int, tracing: dict[str, Any], transport: str = "sdk"
+) -> Any:
+    common = {"base_url": url, "images": False, "timeout_s": 60, "transport": transport}
     return load_config(
         {
             "name": "bench-tracing",
@@ -80,7 +83,7 @@ def run_config(url: str, episodes: int, concurrency: int, tracing: dict[str, Any
 
 
 async def one_run(url: str, args: argparse.Namespace, tracing: dict[str, Any]) -> dict[str, Any]:
-    config = run_config(url, args.episodes, args.concurrency, tracing)
+    config = run_config(url, args.episodes, args.concurrency, tracing, args.transport)
     with tempfile.TemporaryDirectory(prefix="parley-tracing-cost-") as folder:
         gc.collect()
         if args.marks:
@@ -145,6 +148,13 @@ def main() -> None:
         "--episodes", type=int, help="episodes per run (default 300; 100 with --instructions)"
     )
     parser.add_argument("--concurrency", type=int, default=200, help="episodes at once")
+    parser.add_argument(
+        "--transport",
+        choices=["sdk", "direct"],
+        default="sdk",
+        help="the models' transport (sdk, the default of a model entry; direct, as "
+        "concurrency.py and self-hosted servers at thousands of requests a second)",
+    )
     parser.add_argument("--rounds", type=int, default=4, help="off/on pairs, interleaved")
     parser.add_argument("--content", action="store_true", help="record message content too")
     parser.add_argument("--messages", action="store_true", help="bus publish/receive spans too")
@@ -206,7 +216,7 @@ def count_instructions(args: argparse.Namespace) -> None:
     episodes = args.episodes or 100
     warmup = episodes if args.warmup is None else args.warmup
     argv = ["--episodes", str(episodes), "--warmup", str(warmup), "--rounds", "1"]
-    argv += ["--concurrency", str(args.concurrency)]
+    argv += ["--concurrency", str(args.concurrency), "--transport", args.transport]
     argv += ["--content"] * args.content + ["--messages"] * args.messages
     parts, counted = count_benchmark(__file__, argv)
     # The counted run's requests per mode (its one round plays off, then on).
