@@ -1,6 +1,7 @@
 """``transport: direct`` to an OpenAI-compatible server: the request made by parley alone. The
 run never imports the SDKs (about 0.3 s of CPU in each of its processes), its workers do not
-preload them, and the key and the entry's headers still reach the server."""
+preload them, the key still reaches the server (which refuses requests without it), and the
+entry's headers go with it, never in its place."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Run in a fresh interpreter: this one has imported the SDKs for other tests.
 _SCRIPT = textwrap.dedent(
     """
-    import asyncio, json, sys
+    import json, sys
     from pathlib import Path
     from parley import event_loop
     from parley.runtime.preflight import check_config
