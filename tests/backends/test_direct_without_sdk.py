@@ -6,6 +6,7 @@ entry's headers go with it, never in its place."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,6 +18,12 @@ from parley.agents.backends.spec import ModelSpec
 from tests.backends.conftest import base_sim
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env() -> dict[str, str]:
+    """This environment without parley's own variables (the run sets what it needs)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
+
 
 # Run in a fresh interpreter: this one has imported the SDKs for other tests.
 _SCRIPT = textwrap.dedent(
@@ -78,12 +85,6 @@ def test_a_direct_run_to_an_openai_server_never_imports_an_sdk(tmp_path: Path) -
     assert got["preload"][got["preload"].index("--modules") + 1] == ""
     # The server checks the key: a request without it would be refused, and none was.
     assert stats.get("unauthorised", 0) == 0 and stats["completed"] > 0
-
-
-def _env() -> dict[str, str]:
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith("PARLEY_")}
 
 
 def test_direct_headers_put_the_key_last_and_the_entrys_headers_over_the_defaults() -> None:
