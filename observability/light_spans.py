@@ -26,7 +26,6 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context.context import Context
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Sampler
@@ -35,15 +34,13 @@ from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode,
 from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
+from parley.otel_context import context_var as _context_var
+
 _attach = otel_context.attach
 _detach = otel_context.detach
-# The API's attach and detach, without their two calls' worth of indirection, where the
-# runtime context is the SDK's usual contextvar (it is unless OTEL_PYTHON_CONTEXT says other).
-_runtime = otel_context._RUNTIME_CONTEXT
-_context_var: Any = (
-    _runtime._current_context if isinstance(_runtime, ContextVarsRuntimeContext) else None
-)
 _INVALID_SPAN = trace.INVALID_SPAN
+_NON_RECORDING = trace.NonRecordingSpan
+_get_current_span = trace.get_current_span
 
 
 def current_span(context: Any = None) -> trace.Span:
@@ -54,15 +51,16 @@ def current_span(context: Any = None) -> trace.Span:
             return _get_current_span()
         context = _context_var.get()
     span = context.get(_SPAN_KEY)
-    if type(span) is LightSpan:  # isinstance against the Span ABC costs more than the rest
-        return span
+    # isinstance against the Span ABC costs more than the rest: the usual kinds first (a
+    # non-recording span carries a parent parsed from a message's traceparent).
+    if type(span) is LightSpan or type(span) is _NON_RECORDING:
+        return span  # type: ignore[no-any-return]
     return span if span is not None and isinstance(span, trace.Span) else _INVALID_SPAN
 
 
 _in_context = trace.set_span_in_context
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
-_get_current_span = trace.get_current_span
 _time_ns = time.time_ns
 _UNSET = Status(StatusCode.UNSET)  # shared: a Status is never changed, only replaced
 _new_span = object.__new__
@@ -257,15 +255,9 @@ class LightTracer(trace.Tracer):
         record_exception: bool = True,
         set_status_on_exception: bool = True,
     ) -> trace.Span:
-        span = self.start_child(
-            name,
-            current_span(context).get_span_context(),
-            kind,
-            attributes,
-            links,
-            start_time,
-            context,
-        )
+        found = current_span(context)
+        parent = found._context if type(found) is LightSpan else found.get_span_context()
+        span = self.start_child(name, parent, kind, attributes, links, start_time, context)
         if type(span) is LightSpan:
             if not record_exception:
                 span._record_exception = False
@@ -307,6 +299,10 @@ class LightTracer(trace.Tracer):
                     )
         # The span and its context built directly: ids from getrandbits are in range, so
         # SpanContext's checks (and LightSpan.__init__'s call) would only cost.
+        # _clean's work, without its call: the caller's dict copied, None values dropped.
+        attrs = dict(attributes) if attributes else {}
+        if None in attrs.values():
+            attrs = _clean(attrs)
         span = _new_span(LightSpan)
         span.__dict__ = {
             "_name": name,
@@ -317,7 +313,7 @@ class LightTracer(trace.Tracer):
             "_instrumentation_scope": self.scope,
             "_parent": parent_context,
             "_start_time": start_time if start_time is not None else _time_ns(),
-            "_attributes": _clean(attributes),
+            "_attributes": attrs,
             "_resource": self.resource,
             "_processors": self.processors,
         }
@@ -337,10 +333,11 @@ class LightTracer(trace.Tracer):
         set_status_on_exception: bool = True,
         end_on_exit: bool = True,
     ) -> Iterator[trace.Span]:
-        span = self.start_span(
-            name, context, kind, attributes, links, start_time, record_exception,
-            set_status_on_exception,
-        )  # fmt: skip
+        found = current_span(context)
+        parent = found._context if type(found) is LightSpan else found.get_span_context()
+        # Not through start_span (a call less on every model call and agent turn): the
+        # exception flags go to UseSpan, which applies them.
+        span = self.start_child(name, parent, kind, attributes, links, start_time, context)
         return UseSpan(  # type: ignore[return-value]
             span, end_on_exit, record_exception, set_status_on_exception
         )

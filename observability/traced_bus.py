@@ -30,6 +30,9 @@ from parley.bus.messages import Message
 from parley.observability import tracing
 from parley.observability.light_spans import LightSpan, LightTracer, current_span, stamp
 
+# The run's tracing (tracing.current() without its call: this runs for every message).
+_active_tracing = tracing._active.get
+
 DEFAULT_SPAN_KINDS = frozenset(
     {
         "turn_request",
@@ -119,22 +122,26 @@ class TracedBus(Bus):
         """Stamp ``message`` and hand it on: inner's own publish (awaitable) is returned as it
         is, so a traced message costs no coroutine of its own — but a publish span's, which
         ends when the message is out."""
-        active = tracing.current()
+        active = _active_tracing()
         if not active.enabled:
             return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
-        spans = message.kind in self.span_kinds and active.message_spans
+        spans = active.message_spans and message.kind in self.span_kinds
         current = current_span()
-        lean = type(current) is LightSpan
-        parent = current._context if lean else current.get_span_context()  # type: ignore[attr-defined]
+        if type(current) is LightSpan:  # the usual sender: its fields, not its properties
+            parent = current._context
+            if not spans:  # a lean span's context is always valid
+                traceparent = current._traceparent if current._stamped else stamp(current)
+                if message.traceparent != traceparent:
+                    # pydantic's own assignment of a plain field, without its two calls
+                    message.__dict__["traceparent"] = traceparent
+                    message.__pydantic_fields_set__.add("traceparent")
+                return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
+        else:
+            parent = current.get_span_context()
         if parent[5]:  # is_valid (SpanContext's properties are Python calls)
             if not spans:
-                if not lean:
-                    traceparent = tracing.inject(current)
-                elif current._stamped:  # type: ignore[attr-defined]
-                    traceparent = current._traceparent  # type: ignore[attr-defined]
-                else:
-                    traceparent = stamp(current)  # type: ignore[arg-type]
-                if message.traceparent != traceparent:  # a pydantic assignment costs
+                traceparent = tracing.inject(current)
+                if message.traceparent != traceparent:
                     message.traceparent = traceparent
                 return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
         else:

@@ -355,25 +355,47 @@ _SPAN_ID_MAX = 2**64 - 1
 _FLAGS = (TraceFlags(TraceFlags.DEFAULT), TraceFlags(TraceFlags.SAMPLED))
 
 
-def parent_context(traceparent: str | None) -> Any:
-    """The context a handler's span should take for a message carrying ``traceparent``.
+def handler_span(name: str, traceparent: str | None, attributes: dict[str, Any]) -> Any:
+    """The current span a message's handler works in (an agent's ``invoke_agent``), as a
+    context manager: ``tracer().start_as_current_span(name, attributes=attributes)`` under the
+    right parent.
 
-    With message spans on, the actor host opened a receive span under that traceparent and
-    made it current: the span goes under it (None: the current context). Without them, the
-    traceparent itself (the sender's span: a turn request's turn span) is the parent — not
-    whatever span happened to be current when the actor's task started (the episode's), so
-    the hierarchy is episode → turn → invoke_agent on every transport.
+    With message spans on, the actor host opened a receive span under the message's
+    traceparent and made it current: the span goes under it. Without them, the traceparent
+    itself (the sender's span: a turn request's turn span) is the parent — not whatever span
+    happened to be current when the actor's task started (the episode's), so the hierarchy is
+    episode → turn → invoke_agent on every transport. A message without a (valid)
+    traceparent: under the current span.
 
-    The context holds the parent span only (not a copy of the current context, as
-    ``trace.set_span_in_context``'s): a tracer reads nothing else of a new span's parent
-    context, and the span is made current in the caller's own context.
+    The lean tracer takes the parent's span context as it is: no OpenTelemetry context is
+    built to carry it (this runs on every turn).
     """
-    if _active.get().message_spans and current_span().get_span_context().is_valid:
-        return None
-    ctx = span_context(traceparent)
-    if ctx is None:
-        return None
-    return Context({_SPAN_KEY: NonRecordingSpan(ctx)})
+    active = _active.get()
+    parent: SpanContext | None = None
+    if active.message_spans:
+        parent = current_span().get_span_context()
+        if not parent.is_valid:
+            parent = None
+    if parent is None:
+        parent = span_context(traceparent)
+    tracer = active.tracer
+    if type(tracer) is LightTracer:
+        if parent is None:
+            parent = current_span().get_span_context()
+        span = tracer.start_child(name, parent, SpanKind.INTERNAL, attributes)
+        return UseSpan(span, True, True, True)
+    context = None if parent is None else Context({_SPAN_KEY: NonRecordingSpan(parent)})
+    return tracer.start_as_current_span(name, context=context, attributes=attributes)
+
+
+def child_span(parent: trace.Span | None, name: str, attributes: dict[str, Any]) -> trace.Span:
+    """A span under ``parent`` (None: under the current span), not made current: an episode's
+    turn under its episode span. The lean tracer takes the parent's span context as it is."""
+    tracer = _active.get().tracer
+    if parent is not None and type(tracer) is LightTracer:
+        return tracer.start_child(name, parent.get_span_context(), SpanKind.INTERNAL, attributes)
+    context = trace.set_span_in_context(parent) if parent is not None else None
+    return tracer.start_span(name, context=context, attributes=attributes)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -213,15 +213,13 @@ class _AgentActor(Actor):
             response = await self.agent.respond(request)
             await runner.bus.publish(self.gm_inbox, response, local=not runner.options.mirror_turns)
             return
-        tracer = tracing.tracer()
-        with tracer.start_as_current_span(
+        with tracing.handler_span(
             f"invoke_agent {self.agent.role}",
             # Under the receive span when the actor host opened one, else under the sender's.
-            context=tracing.parent_context(request.traceparent),
-            kind=trace.SpanKind.INTERNAL,
+            request.traceparent,
             # Run, game and pairing sit on the episode span (and the run on the resource):
-            # every attribute costs the SDK ~20 µs to check, on every turn.
-            attributes={
+            # each attribute is encoded again in every turn's span.
+            {
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.name": self.agent.role,
                 "gen_ai.conversation.id": runner.spec.id,
@@ -241,8 +239,8 @@ class _AgentActor(Actor):
                 response = await self.agent.respond(request)
             if tracing.record_content():  # message text only when the run opted in
                 span.set_attributes(tracing.content_attributes(response.prompt, response.text))
-            response.traceparent = tracing.inject(span)
-            # Published inside the span: a traced bus makes the publish span its child.
+            # Published inside the span: the traced bus stamps the response with its
+            # traceparent (and makes the publish span its child).
             await runner.bus.publish(
                 self.gm_inbox,
                 response,
@@ -789,18 +787,17 @@ class EpisodeRunner:
         if not tracing.enabled():  # untraced: no turn span (see _AgentActor.handle)
             await self._emit(inbox, request, local=local, retain=seat)
             return
-        tracer = tracing.tracer()
-        self._turn_span = tracer.start_span(
+        self._turn_span = tracing.child_span(
+            self._episode_span,
             f"turn {self.requests} {turn.role}",
-            context=trace.set_span_in_context(self._episode_span) if self._episode_span else None,
-            attributes={
+            {
                 "parley.episode": self.spec.id,
                 "parley.turn": self.requests,
                 "parley.role": turn.role,
             },
         )
-        request.traceparent = tracing.inject(self._turn_span)
-        # trace.use_span's behaviour without a generator-based context manager on every turn.
+        # trace.use_span's behaviour without a generator-based context manager on every turn;
+        # the bus stamps the request with the turn span's traceparent.
         with UseSpan(self._turn_span, end_on_exit=False, record=True, set_status=True):
             await self._emit(inbox, request, local=local, retain=seat)
 

@@ -24,7 +24,8 @@ from typing import Any
 
 import orjson
 import yarl
-from opentelemetry import baggage, trace
+
+from parley.otel_context import baggage_value, current_span
 
 # Set (to "1") in the baggage around an agent's turn when the run records message content.
 CONTENT_KEY = "parley.content"
@@ -41,16 +42,16 @@ def conversation_id() -> str | None:
     the span it runs under (the agent's ``invoke_agent``), else the baggage's."""
     # A recording span's ``attributes`` (the SDK's and parley's lean ones: a read-only view of
     # its dict, no copy); a non-recording span has none.
-    attributes = getattr(trace.get_current_span(), "attributes", None)
+    attributes = getattr(current_span(), "attributes", None)
     found = attributes.get("gen_ai.conversation.id") if attributes else None
     if found is None:
-        found = baggage.get_baggage("gen_ai.conversation.id")
+        found = baggage_value("gen_ai.conversation.id")
     return str(found) if found else None
 
 
 def record_content() -> bool:
     """Whether the run in progress records message content (read from the baggage)."""
-    return bool(baggage.get_baggage(CONTENT_KEY))
+    return bool(baggage_value(CONTENT_KEY))
 
 
 @lru_cache(maxsize=256)
