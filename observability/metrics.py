@@ -24,8 +24,10 @@ Instruments (attributes in brackets):
 from __future__ import annotations
 
 import bisect
+import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import math
 import threading
@@ -121,6 +123,9 @@ class LocalHistogram:
     and collectors get them as the SDK's own.
     """
 
+    # Values wait in a list until this many, then go into their buckets in one pass.
+    FOLD_AT = 4096
+
     def __init__(
         self,
         name: str,
@@ -133,9 +138,13 @@ class LocalHistogram:
         self.bounds = list(bounds)
         # attributes (as a tuple of items) -> [bucket counts, sum, count, min, max]
         self.points: dict[Key, list[Any]] = {}
+        # (key, value) pairs not yet in points: an episode's values are appended as a list
+        # (no call per value), and bucketed in bulk (_fold) by C-level passes.
+        self.waiting: list[tuple[Key, float]] = []
         # Shared by the run's instruments: an episode's values are added under one lock.
         self.lock = lock if lock is not None else threading.Lock()
         self.start_ns = time.time_ns()
+        self._bucket_of = functools.partial(_bisect, self.bounds)
 
     def record(self, value: float, attributes: dict[str, Any]) -> None:
         key = tuple(attributes.items())
@@ -144,21 +153,45 @@ class LocalHistogram:
 
     def add_locked(self, value: float, key: Key) -> None:
         """Record ``value`` under attributes already made a key; the caller holds the lock."""
-        point = self.points.get(key)
-        if point is None:
-            point = self.points[key] = [[0] * (len(self.bounds) + 1), 0.0, 0, math.inf, -math.inf]
-        # Bucket i holds (bounds[i-1], bounds[i]], as OpenTelemetry's explicit buckets.
-        point[0][_bisect(self.bounds, value)] += 1
-        point[1] += value
-        point[2] += 1
-        if value < point[3]:
-            point[3] = value
-        if value > point[4]:
-            point[4] = value
+        self.extend_locked(((key, value),))
+
+    def extend_locked(self, pairs: Iterable[tuple[Key, float]]) -> None:
+        """Record ``(key, value)`` pairs; the caller holds the lock."""
+        waiting = self.waiting
+        waiting.extend(pairs)
+        if len(waiting) >= self.FOLD_AT:
+            self._fold()
+
+    def _fold(self) -> None:
+        """Put the waiting values into their points' buckets (the lock held)."""
+        waiting, self.waiting = self.waiting, []
+        groups: collections.defaultdict[Key, list[float]] = collections.defaultdict(list)
+        for key, value in waiting:
+            groups[key].append(value)
+        for key, values in groups.items():  # a run has few keys: each bucketed in C
+            point = self.points.get(key)
+            if point is None:
+                point = self.points[key] = [
+                    [0] * (len(self.bounds) + 1),
+                    0.0,
+                    0,
+                    math.inf,
+                    -math.inf,
+                ]
+            counts = point[0]
+            # Bucket i holds (bounds[i-1], bounds[i]], as OpenTelemetry's explicit buckets.
+            for bucket, n in collections.Counter(map(self._bucket_of, values)).items():
+                counts[bucket] += n
+            point[1] += sum(values)
+            point[2] += len(values)
+            point[3] = min(point[3], min(values))
+            point[4] = max(point[4], max(values))
 
     def metric(self, now_ns: int) -> Metric | None:
         """The cumulative state as SDK metric data (None before the first value)."""
         with self.lock:
+            if self.waiting:
+                self._fold()
             points = [(k, [list(p[0]), *p[1:]]) for k, p in self.points.items()]
         if not points:
             return None
@@ -492,23 +525,25 @@ class RunMetrics:
             )
             for amount, token_key in token_keys:
                 self.tokens.add_locked(amount, token_key)
-            turn_duration = self.turn_duration.add_locked
-            agent_duration = self.agent_duration.add_locked
-            token_usage = self.token_usage.add_locked
-            call_duration = self.call_duration.add_locked
-            for t in summary["timed"]:
-                role_key = role_keys[t["role"]]
-                turn_duration(t["turn_s"], role_key)
-                agent_duration(t["agent_s"], role_key)
+            # Each histogram takes the episode's values as one list (no call per value).
+            timed = summary["timed"]
+            self.turn_duration.extend_locked([(role_keys[t["role"]], t["turn_s"]) for t in timed])
+            self.agent_duration.extend_locked([(role_keys[t["role"]], t["agent_s"]) for t in timed])
+            usage_values: list[tuple[Key, float]] = []
+            call_values: list[tuple[Key, float]] = []
+            for t in timed:
                 model = t["model"] or labels.get(t["role"], "")
                 usage = t["usage"]
                 if usage is not None and usage["source"] == "backend":
-                    token_usage(usage["input"], key("usage", model, "input"))
-                    token_usage(usage["output"], key("usage", model, "output"))
+                    usage_values.append((key("usage", model, "input"), usage["input"]))
+                    usage_values.append((key("usage", model, "output"), usage["output"]))
                 for call in t["calls"]:
                     latency = call.get("latency_s")
                     if latency is not None:
-                        call_duration(float(latency), key("call", model, call.get("outcome", "ok")))
+                        call_key = key("call", model, call.get("outcome", "ok"))
+                        call_values.append((call_key, float(latency)))
+            self.token_usage.extend_locked(usage_values)
+            self.call_duration.extend_locked(call_values)
             for role, count in summary["turns"].items():
                 self.turns.add_locked(count, role_keys[role])
 

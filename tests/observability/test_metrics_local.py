@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.resources import Resource
 
 from parley.bus.messages import EpisodeFinished, TranscriptEvent, TurnRequest, TurnResponse, Usage
@@ -164,3 +165,33 @@ def test_values_added_under_a_key_land_where_the_attributes_put_them() -> None:
     assert point.attributes == attributes and list(point.bucket_counts) == [1, 1, 0]
     assert (point.count, point.sum, point.min, point.max) == (2, 2.5, 0.5, 2.0)
     assert counter.observe() == [(tuple(attributes.items()), 5)]
+
+
+def test_values_folded_in_bulk_give_the_buckets_of_values_added_one_by_one() -> None:
+    """Values wait in a list and are bucketed in passes (at FOLD_AT, and at every export):
+    whichever pass a value lands in, each point ends with the same buckets, sum, count,
+    minimum and maximum as OpenTelemetry's explicit-bucket rules give."""
+    histogram = LocalHistogram("h", "s", "", [1.0, 2.0, 5.0])
+    histogram.FOLD_AT = 7  # several folds within the values below, and a rest at export
+    keys = [(("role", "a"),), (("role", "b"),)]
+    values = [0.5, 1.0, 1.5, 2.0, 4.0, 5.0, 9.0, 0.25, 3.0, 7.5, 2.5, 1.0, 6.0]
+    expected: dict[Any, list[Any]] = {}
+    with histogram.lock:
+        for i, value in enumerate(values):
+            key = keys[i % 2]
+            histogram.extend_locked([(key, value)])
+            counts, got = expected.setdefault(key, [[0, 0, 0, 0], []])
+            # (bounds[i-1], bounds[i]]: a value equal to a bound goes into that bound's bucket
+            counts[sum(value > b for b in (1.0, 2.0, 5.0))] += 1
+            got.append(value)
+        assert len(histogram.waiting) < len(values)  # some were folded already
+    first = histogram.metric(0)
+    second = histogram.metric(0)  # nothing added: the same points again
+    for metric in (first, second):
+        by_key = {tuple(p.attributes.items()): p for p in metric.data.data_points}  # type: ignore[union-attr]
+        assert set(by_key) == set(keys)
+        for key, (counts, got) in expected.items():
+            point = by_key[key]
+            assert list(point.bucket_counts) == counts
+            assert (point.count, point.min, point.max) == (len(got), min(got), max(got))
+            assert point.sum == pytest.approx(sum(got))
