@@ -342,12 +342,6 @@ def _otlp_exporter() -> MetricExporter | None:
     return OTLPMetricExporter()
 
 
-def _get(message: Any, key: str, default: Any = None) -> Any:
-    if isinstance(message, dict):
-        return message.get(key, default)
-    return getattr(message, key, default)
-
-
 # The messages turn_timings reads (the rest of a transcript, events mostly, it skips).
 _TIMED_KINDS = frozenset(("turn_request", "turn_response", "episode_finished"))
 
@@ -384,15 +378,20 @@ def turn_timings(messages: Iterable[Any]) -> Iterator[dict[str, Any]]:
             pending["answered"] = True
             pending["model"] = getattr(m, "model", None) or ""
             pending["agent_s"] = float(getattr(m, "latency_s", None) or 0.0)
-            pending["usage"] = (
-                {
-                    "input": _get(usage, "input_tokens", 0),
-                    "output": _get(usage, "output_tokens", 0),
-                    "source": _get(usage, "source", "backend"),
+            if usage is None:
+                pending["usage"] = None
+            elif isinstance(usage, dict):  # read back from JSON
+                pending["usage"] = {
+                    "input": usage.get("input_tokens", 0),
+                    "output": usage.get("output_tokens", 0),
+                    "source": usage.get("source", "backend"),
                 }
-                if usage is not None
-                else None
-            )
+            else:  # a Usage: its fields as they are
+                pending["usage"] = {
+                    "input": usage.input_tokens,
+                    "output": usage.output_tokens,
+                    "source": usage.source,
+                }
             pending["calls"] = list(getattr(m, "calls", None) or [])
             pending["replied_at"] = float(getattr(m, "sent_at", None) or 0.0)
         elif kind == "episode_finished" and pending is not None and pending.get("answered"):
@@ -565,7 +564,14 @@ def episode_summary(result: Any) -> dict[str, Any]:
         turns[t["role"]] = turns.get(t["role"], 0) + 1
         if t["role"] in timed_roles:
             timed.append(
-                {k: t[k] for k in ("role", "turn_s", "agent_s", "model", "usage", "calls")}
+                {
+                    "role": t["role"],
+                    "turn_s": t["turn_s"],
+                    "agent_s": t["agent_s"],
+                    "model": t["model"],
+                    "usage": t["usage"],
+                    "calls": t["calls"],
+                }
             )
     return {
         "game": spec.game,

@@ -184,14 +184,19 @@ class Encoder:
     def _other(self, value: Any) -> bytes:
         """The ``AnyValue`` JSON of a value the templates do not wrap: a list of strings (a
         chat span's finish reasons) encoded once, others each time."""
-        if type(value) in (list, tuple) and all(type(v) is str for v in value):
+        if type(value) in (list, tuple):
             key = tuple(value)
-            found = self._arrays.get(key)
-            if found is None:
+            try:
+                found = self._arrays.get(key)  # only lists of strings are kept: no check on a hit
+            except TypeError:  # an unhashable item (a dict in the list)
+                return _any_json(value)
+            if found is not None:
+                return found
+            if all(type(v) is str for v in value):
                 if len(self._arrays) >= self.CACHE_MAX:
                     self._arrays.clear()
                 found = self._arrays[key] = _any_json(value)
-            return found
+                return found
         return _any_json(value)
 
     def _resource(self, resource: Any) -> bytes:
