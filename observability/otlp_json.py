@@ -133,6 +133,10 @@ class Encoder:
             tuple[tuple[str, ...], tuple[type, ...]], tuple[bytes, tuple[int, ...]]
         ] = {}
         self._names: dict[str, bytes] = {}
+        # shape (keys, value types, root) -> a lean span's whole template, positions as above
+        self._whole: dict[
+            tuple[tuple[str, ...], tuple[type, ...], bool], tuple[bytes, tuple[int, ...]]
+        ] = {}
         # a list of strings, as a tuple -> its AnyValue JSON
         self._arrays: dict[tuple[str, ...], bytes] = {}
         # trace id -> its hex (an episode's spans share one)
@@ -184,19 +188,14 @@ class Encoder:
     def _other(self, value: Any) -> bytes:
         """The ``AnyValue`` JSON of a value the templates do not wrap: a list of strings (a
         chat span's finish reasons) encoded once, others each time."""
-        if type(value) in (list, tuple):
+        if type(value) in (list, tuple) and all(type(v) is str for v in value):
             key = tuple(value)
-            try:
-                found = self._arrays.get(key)  # only lists of strings are kept: no check on a hit
-            except TypeError:  # an unhashable item (a dict in the list)
-                return _any_json(value)
-            if found is not None:
-                return found
-            if all(type(v) is str for v in value):
+            found = self._arrays.get(key)
+            if found is None:
                 if len(self._arrays) >= self.CACHE_MAX:
                     self._arrays.clear()
                 found = self._arrays[key] = _any_json(value)
-                return found
+            return found
         return _any_json(value)
 
     def _resource(self, resource: Any) -> bytes:
@@ -241,6 +240,19 @@ class Encoder:
             return b""
         return b"," + _json(out)[1:-1]  # a lone surrogate in an exception message, too
 
+    def _whole_shape(
+        self, shape: tuple[tuple[str, ...], tuple[type, ...], bool]
+    ) -> tuple[bytes, tuple[int, ...]]:
+        """The template of a whole lean span of ``shape`` (keys, value types, root or not),
+        and the positions of the values that go through :meth:`_other`."""
+        keys, types, root = shape
+        attributes, others = self._shapes.get((keys, types)) or self._shape(keys, types)
+        head = _HEAD_ROOT if root else _HEAD_CHILD
+        if len(self._whole) >= self.CACHE_MAX:
+            self._whole.clear()
+        found = self._whole[shape] = (head + attributes + b"]}", others)
+        return found
+
     def _name(self, name: str) -> bytes:
         if len(self._names) >= self.CACHE_MAX:
             self._names.clear()
@@ -267,13 +279,37 @@ class Encoder:
                 span._start_time or 0,
                 span._end_time or 0,
             )
+            attributes = span._attributes
+            if span._status is _UNSET_STATUS and not span._events and not span._links:
+                # Most spans: one template for the whole span (head, attributes, end), by its
+                # shape; one formatting, one piece.
+                values = tuple(attributes.values())
+                shape = (tuple(attributes), tuple(map(type, values)), parent is None)
+                found = self._whole.get(shape)
+                if found is None:
+                    found = self._whole_shape(shape)
+                template, others = found
+                try:
+                    if others:  # a chat span's finish reasons (a list): through _other
+                        encoded = list(map(_dumps, values))
+                        for i in others:
+                            encoded[i] = self._other(values[i])
+                    else:
+                        encoded = map(_dumps, values)  # type: ignore[assignment]
+                    if parent is None:
+                        out.append(template % (hex_id, ctx[1], *rest, *encoded))
+                    else:
+                        out.append(template % (hex_id, ctx[1], parent[1], *rest, *encoded))
+                    return
+                except orjson.JSONEncodeError:  # an int beyond 64 bits …: as below
+                    pass
             head = (
                 _HEAD_CHILD % (hex_id, ctx[1], parent[1], *rest)
                 if parent is not None
                 else _HEAD_ROOT % (hex_id, ctx[1], *rest)
             )
             out.append(head)
-            out.append(self.attributes(span._attributes))
+            out.append(self.attributes(attributes))
             # The shared UNSET status of a span never given one (another goes to _extras).
             if span._status is _UNSET_STATUS and not span._events and not span._links:
                 out.append(b"]}")

@@ -38,6 +38,10 @@ class Name(enum.StrEnum):
     ALICE = "alice"
 
 
+class OldName(str, enum.Enum):  # str() gives "OldName.ALICE", yet it equals "alice"
+    ALICE = "alice"
+
+
 def note(text: str) -> TranscriptEvent:
     return TranscriptEvent(
         run="r", episode="e", sender="gm", turn=1, event="note", from_role="gm", data={"t": text}
@@ -292,6 +296,8 @@ def test_lists_of_strings_encode_the_same_from_the_cache() -> None:
     sink = Sink()
     tracer = LightTracer(Resource.create({}), [sink])
     cases: list[Any] = [["stop"], ("stop",), [], ["a", "b"], ["a", 1], [1], [True], [1.0], [-0.0]]
+    # An item of a str subclass equals its string: not served what ["alice"] left cached.
+    cases += [["alice"], [OldName.ALICE]]
     for value in cases * 2:  # the second time from the cache
         tracer.start_span("s", attributes={"v": value, "n": 1}).end()
     encoded = spans_of(Encoder().line(sink.spans))
