@@ -200,6 +200,7 @@ class _AgentActor(Actor):
         self.agent = agent
         self.inbox = topics.agent_inbox(runner.options.run, runner.spec.id, agent.role)
         self.model_player = runner.spec.players[agent.role].kind == "llm"
+        self.player_label = runner.spec.players[agent.role].label  # on every turn's span
         self.gm_inbox = topics.gm_inbox(runner.options.run, runner.spec.id)
 
     async def handle(self, delivery: Delivery) -> None:
@@ -224,10 +225,11 @@ class _AgentActor(Actor):
                 "gen_ai.agent.name": self.agent.role,
                 "gen_ai.conversation.id": runner.spec.id,
                 "parley.turn": request.turn,
-                "parley.player": runner.spec.players[self.agent.role].label,
+                "parley.player": self.player_label,
             },
         ) as span:
-            if self.model_player and tracing.record_content():
+            content = tracing.record_content()
+            if self.model_player and content:
                 # Model-call spans find their conversation on this span; the baggage adds the
                 # content flag (and the conversation, for spans not under this one).
                 token = otel_context.attach(tracing.conversation_context(runner.spec.id))
@@ -237,7 +239,7 @@ class _AgentActor(Actor):
                     otel_context.detach(token)
             else:
                 response = await self.agent.respond(request)
-            if tracing.record_content():  # message text only when the run opted in
+            if content:  # message text only when the run opted in
                 span.set_attributes(tracing.content_attributes(response.prompt, response.text))
             # Published inside the span: the traced bus stamps the response with its
             # traceparent (and makes the publish span its child).

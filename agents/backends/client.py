@@ -848,7 +848,8 @@ class _Http1:
     def _request(self, body: bytes, headers: Mapping[str, str] | None) -> list[bytes]:
         extra = ""
         if headers:
-            extra = "".join(f"\r\n{k}: {v}" for k, v in headers.items() if "\n" not in f"{k}{v}")
+            # A list, not a generator: this runs on every traced request (its traceparent).
+            extra = "".join([f"\r\n{k}: {v}" for k, v in headers.items() if "\n" not in k + v])
         head = b"%s%d%s\r\n\r\n" % (self._head, len(body), extra.encode("latin-1"))
         return [head, body]
 

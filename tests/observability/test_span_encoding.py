@@ -38,7 +38,7 @@ class Name(enum.StrEnum):
     ALICE = "alice"
 
 
-class OldName(str, enum.Enum):  # str() gives "OldName.ALICE", yet it equals "alice"
+class OldName(str, enum.Enum):  # noqa: UP042 (str() gives "OldName.ALICE", yet it equals "alice")
     ALICE = "alice"
 
 
