@@ -95,7 +95,9 @@ def stamp(span: LightSpan) -> str:
     if not span._stamped:
         span._stamped = True
         ctx = span._context
-        remember(found, _new_context(SpanContext, (ctx[0], ctx[1], True, *ctx[3:])))
+        if len(_KNOWN) >= _KNOWN_MAX:  # remember()'s work, without its call
+            _KNOWN.clear()
+        _KNOWN[found] = _new_context(SpanContext, (ctx[0], ctx[1], True, *ctx[3:]))
     return found
 
 

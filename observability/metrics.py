@@ -530,16 +530,28 @@ class RunMetrics:
             self.agent_duration.extend_locked([(role_keys[t["role"]], t["agent_s"]) for t in timed])
             usage_values: list[tuple[Key, float]] = []
             call_values: list[tuple[Key, float]] = []
+            # An episode's turns share a model or two: their keys looked up once each.
+            usage_keys: dict[str, tuple[Key, Key]] = {}
+            call_keys: dict[tuple[str, str], Key] = {}
             for t in timed:
                 model = t["model"] or labels.get(t["role"], "")
                 usage = t["usage"]
                 if usage is not None and usage["source"] == "backend":
-                    usage_values.append((key("usage", model, "input"), usage["input"]))
-                    usage_values.append((key("usage", model, "output"), usage["output"]))
+                    pair = usage_keys.get(model)
+                    if pair is None:
+                        pair = usage_keys[model] = (
+                            key("usage", model, "input"),
+                            key("usage", model, "output"),
+                        )
+                    usage_values.append((pair[0], usage["input"]))
+                    usage_values.append((pair[1], usage["output"]))
                 for call in t["calls"]:
                     latency = call.get("latency_s")
                     if latency is not None:
-                        call_key = key("call", model, call.get("outcome", "ok"))
+                        outcome = call.get("outcome", "ok")
+                        call_key = call_keys.get((model, outcome))
+                        if call_key is None:
+                            call_key = call_keys[model, outcome] = key("call", model, outcome)
                         call_values.append((call_key, float(latency)))
             self.token_usage.extend_locked(usage_values)
             self.call_duration.extend_locked(call_values)
