@@ -26,13 +26,17 @@ MESSAGING = ("publish ", "receive ")
 
 
 async def episode_spans(
-    sim: SimServerProcess, run: Path, messages: bool | str, bus_url: str | None = None
+    sim: SimServerProcess,
+    run: Path,
+    messages: bool | str,
+    bus_url: str | None = None,
+    transport: str = "sdk",
 ) -> list[dict[str, Any]]:
     cfg = config(
         "comma.atm",
         [3],
         [{"solver": "leaky", "expert": "scripted"}],
-        models={"leaky": model_entry(sim, "leaky-solver")},
+        models={"leaky": model_entry(sim, "leaky-solver", transport=transport)},
         settings={"variant": "text", "max_turns": 2},
         tracing={"messages": messages},
     )
@@ -108,3 +112,26 @@ async def test_default_tracing_keeps_turns_above_agents_on_both_transports(
     mqtt = await episode_spans(sim, tmp_path / "mqtt", "auto", mqtt_broker.url)
     check_hierarchy(mqtt, strict=False)
     assert any(s["name"].startswith("receive ") for s in mqtt)
+
+
+async def test_the_same_hierarchy_through_the_sdk_and_direct(
+    sim: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The direct transport's chat span is not made current (nothing in parley's own HTTP
+    client reads it), yet it sits where the SDK's does: under its invoke_agent, with the
+    episode as its conversation, ended once its reply is in."""
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    through_sdk = await episode_spans(sim, tmp_path / "sdk", False)
+    direct = await episode_spans(sim, tmp_path / "direct", False, transport="direct")
+    for spans in (through_sdk, direct):
+        check_hierarchy(spans, strict=True)
+        episode = next(s for s in spans if s["name"].startswith("episode "))
+        chats = [s for s in spans if s["name"].startswith("chat ")]
+        for chat in chats:
+            assert (
+                chat["attributes"]["gen_ai.conversation.id"]
+                == episode["attributes"]["parley.episode"]
+            )
+            assert chat["end_ns"] >= chat["start_ns"] > 0
+            assert chat["attributes"]["gen_ai.usage.output_tokens"] > 0
+    assert shape(through_sdk) == shape(direct)
