@@ -165,8 +165,10 @@ class LightSpan(ReadableSpan, trace.Span):
             self._attributes[key] = value
 
     def set_attributes(self, attributes: dict[str, types.AttributeValue]) -> None:  # type: ignore[override]
-        if self._end_time is None:
-            self._attributes.update(_clean(attributes))
+        if self._end_time is None and attributes:
+            if None in attributes.values():  # _clean's work, its call only where needed
+                attributes = _clean(attributes)
+            self._attributes.update(attributes)
 
     def add_event(
         self,
