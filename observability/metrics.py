@@ -118,9 +118,10 @@ class LocalHistogram:
 
     The SDK's ``Histogram.record`` checks, copies and hashes the attributes of every value
     (~10 µs); an episode of a model-played run records dozens of values, which made the run's
-    metrics a third of what tracing cost per model request. Here a value costs a bisect and a
-    few additions; the readers add the histograms to every export (:class:`_Reader`), so files
-    and collectors get them as the SDK's own.
+    metrics a third of what tracing cost per model request. Here an episode's values are
+    appended as a list and bucketed in bulk, a few thousand at a time and at every export
+    (a bisect and a count each, in C); the readers add the histograms to every export
+    (:class:`_Reader`), so files and collectors get them as the SDK's own.
     """
 
     # Values wait in a list until this many, then go into their buckets in one pass.
