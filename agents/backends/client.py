@@ -1285,26 +1285,23 @@ class ModelClient:
                     conversation = genai_spans.conversation_id()
                     if conversation:
                         attributes["gen_ai.conversation.id"] = conversation
-                    if endpoint.direct is None:
-                        span_context = tracer.start_as_current_span(
-                            f"chat {spec.model}",
-                            kind=trace.SpanKind.CLIENT,
-                            attributes=attributes,
-                            # Exceptions carry server messages: the span gets the scrubbed kind.
-                            record_exception=False,
-                            set_status_on_exception=False,
-                        )
-                    else:
-                        # parley's own HTTP client reads no current span (the traceparent goes
-                        # as a header): the span is not made current, a context set and reset
-                        # less on every call; used as a context manager, it ends on the way out.
-                        span_context = tracer.start_span(
-                            f"chat {spec.model}",
-                            kind=trace.SpanKind.CLIENT,
-                            attributes=attributes,
-                            record_exception=False,
-                            set_status_on_exception=False,
-                        )
+                    # parley's own HTTP client (direct) reads no current span, the traceparent
+                    # going as a header: its span is only started (a context set and reset less
+                    # a call) and, used as a context manager, ends on the way out. Through the
+                    # SDK it is current, for instrumentation of the SDK's HTTP client.
+                    start = (
+                        tracer.start_as_current_span
+                        if endpoint.direct is None
+                        else tracer.start_span
+                    )
+                    span_context = start(
+                        f"chat {spec.model}",
+                        kind=trace.SpanKind.CLIENT,
+                        attributes=attributes,
+                        # Exceptions carry server messages: the span gets the scrubbed kind only.
+                        record_exception=False,
+                        set_status_on_exception=False,
+                    )
                 with span_context as span:
                     try:
                         async with asyncio.timeout(spec.timeout_s):
