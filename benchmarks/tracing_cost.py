@@ -17,6 +17,9 @@ run made. Wall time is printed but says little on a shared machine.
     # os.getppid() around every measured run; the stand-in server is another process)
     valgrind --tool=callgrind --dump-before=os_getppid --callgrind-out-file=cg.out \
         python benchmarks/tracing_cost.py --episodes 100 --warmup 100 --rounds 1 --marks
+    # By the Python lines each run executes, with the functions tracing adds most to
+    # (benchmarks/linecount.py; no valgrind, about a minute)
+    python benchmarks/tracing_cost.py --lines --transport direct
 
 Writes benchmarks/results/tracing_cost.json.
 """
@@ -173,17 +176,27 @@ def main() -> None:
         "run of --episodes (default 100) after a warm-up of as many",
     )
     parser.add_argument(
+        "--lines",
+        action="store_true",
+        help="count the Python lines each run executes instead (benchmarks/linecount.py), by "
+        "function: one untraced and one traced run of --episodes (default 100) after a "
+        "warm-up of as many",
+    )
+    parser.add_argument(
         "--out",
         type=Path,
         help="where the JSON goes (default benchmarks/results/tracing_cost.json, or "
-        "tracing_cost_instructions.json with --instructions)",
+        "tracing_cost_instructions.json with --instructions, tracing_cost_lines.json with "
+        "--lines)",
     )
     args = parser.parse_args()
-    args.out = args.out or RESULTS / (
-        "tracing_cost_instructions.json" if args.instructions else "tracing_cost.json"
-    )
+    kind = "_instructions" if args.instructions else "_lines" if args.lines else ""
+    args.out = args.out or RESULTS / f"tracing_cost{kind}.json"
     if args.instructions:
         count_instructions(args)
+        return
+    if args.lines:
+        event_loop.run(count_lines(args))
         return
     args.episodes = args.episodes or 300
     # On the loop `parley run` uses (uvloop where installed; PARLEY_LOOP=asyncio for asyncio's).
@@ -239,6 +252,38 @@ def count_instructions(args: argparse.Namespace) -> None:
             "parts": parts,
             "ratio": on / off,
         },
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2, default=str))
+    print(f"wrote {args.out}")
+
+
+async def count_lines(args: argparse.Namespace) -> None:
+    """Python lines per model request, untraced and traced, by function."""
+    from linecount import counting, print_comparison
+
+    args.episodes = args.episodes or 100
+    warmup = args.episodes if args.warmup is None else args.warmup
+    traced = {"enabled": True, "content": args.content, "messages": args.messages}
+    counts = []
+    requests = []
+    with SimServerProcess(sim_config()) as server:
+        if warmup:
+            warm = argparse.Namespace(**{**vars(args), "episodes": warmup, "marks": False})
+            await one_run(server.openai_url, warm, traced)
+        for tracing in ({"enabled": False}, traced):
+            with counting() as counted:
+                got = await one_run(server.openai_url, args, tracing)
+            counts.append(counted)
+            requests.append(got["requests"])
+    print(f"Python lines per model request: {args.episodes} episodes, transport {args.transport}")
+    compared = print_comparison(
+        ("untraced", "traced"), (counts[0], counts[1]), (requests[0], requests[1]), "request"
+    )
+    out = {
+        "args": vars(args),
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
+        "lines": compared,
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2, default=str))
