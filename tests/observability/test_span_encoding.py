@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +138,34 @@ def test_a_span_from_the_sdk_and_a_lean_one_go_to_the_same_file(tmp_path: Path) 
     assert spans["sdk"]["attributes"] == {"a": [1]} and spans["sdk"]["scope"] == "other"
     assert spans["sdk"]["resource"]["service.name"] == "sdk"
     assert spans["lean"]["resource"]["service.name"] == "lean"
+
+
+def test_spans_ended_on_the_writers_thread_are_encoded_there_in_order(tmp_path: Path) -> None:
+    writer = OtlpJsonSpanWriter(tmp_path / "traces.jsonl", interval_s=3600, inline=8)
+    tracer = LightTracer(Resource.create({}), [writer])
+    names = []
+
+    def end(name: str) -> None:
+        names.append(name)
+        tracer.start_span(name).end()
+
+    for n in range(7):
+        end(f"a{n}")
+    assert len(writer._queue) == 7 and not writer._lines  # fewer than ``inline``: waiting
+    # Ended on another thread: queued, not encoded there; the next span on the writer's own
+    # thread takes them along, in the order they ended.
+    other = threading.Thread(target=lambda: [end(f"b{n}") for n in range(12)])
+    other.start()
+    other.join()
+    assert len(writer._queue) == 19 and not writer._lines
+    end("c0")
+    assert len(writer._queue) == 12 and len(writer._lines) == 1  # one line of eight
+    assert writer._lines[0][1] == 8
+    assert not (tmp_path / "traces.jsonl").read_bytes()  # written by the writer thread
+    writer.force_flush()
+    assert not writer._queue and not writer._lines
+    assert [s["name"] for s in read_spans(tmp_path)] == names
+    writer.shutdown()
 
 
 def test_traceparents_parse_once_and_refuse_the_malformed() -> None:

@@ -277,14 +277,15 @@ async def test_span_and_metric_files_on_a_full_disk_warn_once_and_drop(
                 filler.write(b"\0" * 4096)
                 filler.flush()
 
-        for n in range(50):
+        # 100: a line encoded as they end (inline, 64) and spans still waiting, both dropped.
+        for n in range(100):
             tracer.start_span(f"span {n}", attributes={"pad": "x" * 2000}).end()
         assert spans.force_flush()  # no exception: the spans are dropped
         exports = [metrics.export(MetricsData(resource_metrics=[])) for _ in range(300)]
         assert MetricExportResult.FAILURE in exports
-        assert spans.dropped == 50
+        assert spans.dropped == 100
         tracer.start_span("later").end()  # dropped at once, not kept in memory
-        assert spans.dropped == 51 and not spans._queue
+        assert spans.dropped == 101 and not spans._queue and not spans._lines
         spans.shutdown()
         metrics.shutdown()
 
