@@ -18,6 +18,8 @@ Python about tenfold: timings taken meanwhile mean nothing, and work that batche
         await run_something()
     counted.lines, counted.calls       # totals
     counted.by_function[("mqtt.py", "publish")]   # (lines, calls) of one function
+    # or each of several runs alone, each returning its units (turns, requests)
+    counts, units = await count_runs(run_local, run_mqtt)
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -85,6 +87,19 @@ def counting() -> Iterator[LineCount]:
     finally:
         sys.settrace(previous)
         threading.settrace(previous_threads)  # type: ignore[arg-type]
+
+
+async def count_runs(
+    *runs: Callable[[], Awaitable[int]],
+) -> tuple[list[LineCount], list[int]]:
+    """Count each run alone, one after another: what it executed, and the units it returns
+    (turns, requests)."""
+    counts, units = [], []
+    for run in runs:
+        with counting() as counted:
+            units.append(await run())
+        counts.append(counted)
+    return counts, units
 
 
 def difference(

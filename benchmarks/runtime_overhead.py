@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -338,21 +339,22 @@ def count_instructions(args: argparse.Namespace) -> None:
 
 async def count_lines(args: argparse.Namespace) -> None:
     """Python lines per turn on the local bus and over Mosquitto, by function."""
-    from linecount import counting, print_comparison
+    from linecount import count_runs, print_comparison
 
     if args.no_mqtt or not find_mosquitto():
         raise SystemExit("the Mosquitto run needs mosquitto (Debian: mosquitto)")
     episodes = args.episodes or 300
-    counts = []
-    turns = []
+
+    def run(url: str | None) -> Callable[[], Awaitable[int]]:
+        async def played() -> int:
+            return int((await measure(episodes, 100, "text", url, False, True))["turns"])
+
+        return played
+
     with start_mosquitto() as broker:
-        for url in (None, broker.url):
-            if args.warmup > 0:
-                await measure(args.warmup, 100, "text", url, False, True)
-            with counting() as counted:
-                result = await measure(episodes, 100, "text", url, False, True)
-            counts.append(counted)
-            turns.append(result["turns"])
+        for url in (None, broker.url) if args.warmup > 0 else ():
+            await measure(args.warmup, 100, "text", url, False, True)
+        counts, turns = await count_runs(run(None), run(broker.url))
     print(f"Python lines per turn: scripted wire, {episodes} episodes, 100 in flight, state on")
     compared = print_comparison(
         ("local", "mosquitto"), (counts[0], counts[1]), (turns[0], turns[1]), "turn"

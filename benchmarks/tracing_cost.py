@@ -35,6 +35,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -260,22 +261,23 @@ def count_instructions(args: argparse.Namespace) -> None:
 
 async def count_lines(args: argparse.Namespace) -> None:
     """Python lines per model request, untraced and traced, by function."""
-    from linecount import counting, print_comparison
+    from linecount import count_runs, print_comparison
 
     args.episodes = args.episodes or 100
     warmup = args.episodes if args.warmup is None else args.warmup
     traced = {"enabled": True, "content": args.content, "messages": args.messages}
-    counts = []
-    requests = []
     with SimServerProcess(sim_config()) as server:
         if warmup:
             warm = argparse.Namespace(**{**vars(args), "episodes": warmup, "marks": False})
             await one_run(server.openai_url, warm, traced)
-        for tracing in ({"enabled": False}, traced):
-            with counting() as counted:
-                got = await one_run(server.openai_url, args, tracing)
-            counts.append(counted)
-            requests.append(got["requests"])
+
+        def run(tracing: dict[str, Any]) -> Callable[[], Awaitable[int]]:
+            async def played() -> int:
+                return int((await one_run(server.openai_url, args, tracing))["requests"])
+
+            return played
+
+        counts, requests = await count_runs(run({"enabled": False}), run(traced))
     print(f"Python lines per model request: {args.episodes} episodes, transport {args.transport}")
     compared = print_comparison(
         ("untraced", "traced"), (counts[0], counts[1]), (requests[0], requests[1]), "request"

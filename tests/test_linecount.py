@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from linecount import counting, difference
+from linecount import count_runs, counting, difference
 
 
 def _three_lines(n: int) -> int:
@@ -50,3 +51,18 @@ def test_difference_is_per_unit_and_largest_first() -> None:
     # 2n + 3 lines a call. base: 7 lines in 1 unit; more: 7 + 43 lines in 2 units.
     assert top["lines"] == (7 + 43) / 2 - 7
     assert top["calls"] == 0
+
+
+def test_runs_are_counted_each_alone_with_their_units() -> None:
+    async def short() -> int:
+        _three_lines(1)
+        return 1
+
+    async def long() -> int:
+        _three_lines(30)
+        return 3
+
+    counts, units = asyncio.run(count_runs(short, long))
+    assert units == [1, 3]
+    assert counts[0].by_function[("test_linecount.py", "_three_lines")] == (5, 1)
+    assert counts[1].by_function[("test_linecount.py", "_three_lines")] == (63, 1)
