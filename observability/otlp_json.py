@@ -20,7 +20,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from collections import deque
@@ -397,16 +396,19 @@ class OtlpJsonSpanWriter(SpanProcessor):
     time (64: a third of a millisecond), while they are still in that CPU's caches: encoding
     them on the writer thread cost 3–9 % more CPU per traced model request for the same
     instructions (likely the span objects read cold on another core, and the threads trading
-    the GIL; docs/performance.md, thirteenth window). A writer thread wakes every ``interval_s`` (or once ``batch`` spans
-    wait, encoded or not), encodes what other threads ended, and appends the lines to the file
-    in order, one ``write`` a line (whole lines even with several processes appending to one
-    file; a line holds at most ``batch`` spans). ``force_flush`` and ``shutdown`` write
-    everything that waits before they return; a process killed outright loses at most the last
-    ``interval_s`` of spans, and never leaves half a line.
+    the GIL; docs/performance.md, thirteenth window). A writer thread wakes every
+    ``interval_s`` (or once about ``batch`` spans wait, encoded or not), encodes what other
+    threads ended, and appends the lines to the file in order, one ``write`` a line (whole
+    lines even with several processes appending to one file; a line holds at most ``batch``
+    spans). ``force_flush`` and ``shutdown`` write everything that waits before they return; a
+    process killed outright loses at most the last ``interval_s`` of spans, and never leaves
+    half a line.
 
     A file that cannot be written (a full disk) costs the traces, never the run: one warning
     says so, and from then on spans are counted and dropped (readers skip the line a failed
-    write may have cut); ``dropped`` says how many.
+    write may have cut). A span the encoder cannot write (an attribute key that is not text) is
+    dropped with a logged error (the first only), never raised to the code that ended it.
+    ``dropped`` says how many spans were lost either way.
     """
 
     def __init__(
@@ -428,8 +430,9 @@ class OtlpJsonSpanWriter(SpanProcessor):
         self._wake = threading.Event()
         self._stop = False
         self._encoder = Encoder()
-        self.dropped = 0  # spans not written since a write failed
+        self.dropped = 0  # spans not written: a write failed, or they could not be encoded
         self._failed = False
+        self._unencodable = False  # an encoding failed (logged once)
         self._thread = threading.Thread(target=self._run, name="parley-span-writer", daemon=True)
         self._thread.start()
 
@@ -468,8 +471,23 @@ class OtlpJsonSpanWriter(SpanProcessor):
         while queue and most > 0:
             n = min(len(queue), self.batch, most)
             spans = [queue.popleft() for _ in range(n)]
-            self._lines.append((self._encoder.line(spans, pause), n))
             most -= n
+            try:
+                self._lines.append((self._encoder.line(spans, pause), n))
+            except Exception:
+                # One by one, so that only what cannot be encoded is lost (never raised: this
+                # runs inside span.end() on the loop).
+                self._encode_each(spans)
+
+    def _encode_each(self, spans: list[ReadableSpan]) -> None:
+        for span in spans:
+            try:
+                self._lines.append((self._encoder.line([span]), 1))
+            except Exception:
+                if not self._unencodable:
+                    self._unencodable = True
+                    log.exception("could not encode the span %r for %s: dropped", span, self.path)
+                self.dropped += 1
 
     def _write(self) -> None:
         """Append the encoded lines to the file, in order."""
@@ -485,8 +503,10 @@ class OtlpJsonSpanWriter(SpanProcessor):
                     self._fail(exc, n)
 
     def _drain(self, pause: Callable[[], None] | None = None) -> None:
+        # What waits now: spans the loop ends meanwhile are for its own inline encoding (the
+        # thread chasing them would encode them all, cold, as it used to).
         with self._lock:
-            self._encode(sys.maxsize, pause)  # and what is ended meanwhile
+            self._encode(len(self._queue), pause)
         self._write()
 
     def _fail(self, exc: OSError, spans: int) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 
@@ -166,6 +167,30 @@ def test_spans_ended_on_the_writers_thread_are_encoded_there_in_order(tmp_path: 
     assert not writer._queue and not writer._lines
     assert [s["name"] for s in read_spans(tmp_path)] == names
     writer.shutdown()
+
+
+def test_a_span_the_encoder_cannot_write_is_dropped_alone_and_never_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    for inline in (1, 0):  # encoded as it ends, and by the writer's drain
+        writer = OtlpJsonSpanWriter(tmp_path / f"{inline}.jsonl", interval_s=3600, inline=inline)
+        tracer = LightTracer(Resource.create({}), [writer])
+        bad = tracer.start_span("bad")
+        bad.set_attribute(object(), "a key that is not text")  # type: ignore[arg-type]
+        tracer.start_span("before").end()
+        bad.end()  # no exception here
+        tracer.start_span("after").end()
+        worse = tracer.start_span("worse")
+        worse.set_attribute(object(), "x")  # type: ignore[arg-type]
+        worse.end()
+        writer.force_flush()
+        assert writer.dropped == 2
+        writer.shutdown()
+        names = [s["name"] for s in read_spans(tmp_path / f"{inline}.jsonl")]
+        assert names == ["before", "after"]
+    # One error a writer: the first span it could not encode.
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 2 and all("could not encode the span" in e for e in errors)
 
 
 def test_traceparents_parse_once_and_refuse_the_malformed() -> None:
