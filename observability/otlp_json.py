@@ -393,10 +393,11 @@ class OtlpJsonSpanWriter(SpanProcessor):
 
     Ending a span appends it to a queue (a ``deque``: thread-safe, no lock). Spans ended on
     the thread that made the writer (the run's event loop) are encoded there, ``inline`` at a
-    time (64: a third of a millisecond), while they are still in that CPU's caches: encoding
-    them on the writer thread cost 3–9 % more CPU per traced model request for the same
-    instructions (likely the span objects read cold on another core, and the threads trading
-    the GIL; docs/performance.md, thirteenth window). A writer thread wakes every
+    time (64; fewer while spans are large, a line of about ``INLINE_BYTES``: a third of a
+    millisecond), while they are still in that CPU's caches: encoding them on the writer
+    thread cost 3–9 % more CPU per traced model request for the same instructions (likely the
+    span objects read cold on another core, and the threads trading the GIL;
+    docs/performance.md, thirteenth window). A writer thread wakes every
     ``interval_s`` (or once about ``batch`` spans wait, encoded or not), encodes what other
     threads ended, and appends the lines to the file in order, one ``write`` a line (whole
     lines even with several processes appending to one file; a line holds at most ``batch``
@@ -411,6 +412,9 @@ class OtlpJsonSpanWriter(SpanProcessor):
     ``dropped`` says how many spans were lost either way.
     """
 
+    # About what the loop encodes in one go: a third of a millisecond.
+    INLINE_BYTES = 256 * 1024
+
     def __init__(
         self, path: str | Path, *, batch: int = 512, interval_s: float = 0.5, inline: int = 64
     ) -> None:
@@ -419,6 +423,7 @@ class OtlpJsonSpanWriter(SpanProcessor):
         self.batch = batch
         self.interval_s = interval_s
         self.inline = min(inline, batch)
+        self._inline_now = self.inline  # fewer while spans are large (INLINE_BYTES)
         self._owner = threading.get_ident()
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self._queue: deque[ReadableSpan] = deque()
@@ -446,12 +451,16 @@ class OtlpJsonSpanWriter(SpanProcessor):
         queue = self._queue
         queue.append(span)
         waiting = len(queue)
-        if waiting >= self.inline > 0 and _get_ident() == self._owner and not self._stop:
+        if waiting >= self._inline_now > 0 and _get_ident() == self._owner and not self._stop:
             if self._lock.acquire(blocking=False):  # else the writer thread is encoding them
                 try:
-                    self._encode(self.inline)
+                    spans, size = self._encode(self._inline_now)
                 finally:
                     self._lock.release()
+                if size:
+                    # A burst near INLINE_BYTES: spans with long attributes (content: true on
+                    # a long conversation) go a few at a time, not 64 (40 ms at 500 KB each).
+                    self._inline_now = max(1, min(self.inline, spans * self.INLINE_BYTES // size))
                 if len(self._lines) >= self._wake_at:
                     self._wake.set()
         elif waiting == self.batch:
@@ -465,19 +474,26 @@ class OtlpJsonSpanWriter(SpanProcessor):
             # burst of encoding never stalls the loop for more than a fraction of a ms.
             self._drain(_yield_gil)
 
-    def _encode(self, most: int, pause: Callable[[], None] | None = None) -> None:
-        """Encode up to ``most`` waiting spans into lines for the writer (hold the lock)."""
+    def _encode(self, most: int, pause: Callable[[], None] | None = None) -> tuple[int, int]:
+        """Encode up to ``most`` waiting spans into lines for the writer (hold the lock); the
+        spans and bytes encoded."""
         queue = self._queue
+        done = size = 0
         while queue and most > 0:
             n = min(len(queue), self.batch, most)
             spans = [queue.popleft() for _ in range(n)]
             most -= n
             try:
-                self._lines.append((self._encoder.line(spans, pause), n))
+                line = self._encoder.line(spans, pause)
             except Exception:
                 # One by one, so that only what cannot be encoded is lost (never raised: this
                 # runs inside span.end() on the loop).
                 self._encode_each(spans)
+                continue
+            self._lines.append((line, n))
+            done += n
+            size += len(line)
+        return done, size
 
     def _encode_each(self, spans: list[ReadableSpan]) -> None:
         for span in spans:

@@ -169,6 +169,24 @@ def test_spans_ended_on_the_writers_thread_are_encoded_there_in_order(tmp_path: 
     writer.shutdown()
 
 
+def test_large_spans_are_encoded_a_few_at_a_time_on_the_loop(tmp_path: Path) -> None:
+    writer = OtlpJsonSpanWriter(tmp_path / "traces.jsonl", interval_s=3600, inline=8)
+    tracer = LightTracer(Resource.create({}), [writer])
+
+    def end(n: int, size: int) -> None:
+        for _ in range(n):
+            tracer.start_span("chat", attributes={"content": "x" * size}).end()
+
+    end(8, 100_000)  # one line of eight, 800 KB: the next lines hold two each (256 KB)
+    end(4, 100_000)
+    end(2, 100)  # small again: back to eight at a time
+    end(8, 100)
+    assert [n for _, n in writer._lines] == [8, 2, 2, 2, 8]
+    writer.force_flush()
+    assert len(read_spans(tmp_path)) == 8 + 4 + 2 + 8
+    writer.shutdown()
+
+
 def test_a_span_the_encoder_cannot_write_is_dropped_alone_and_never_raised(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
