@@ -10,6 +10,8 @@ run made. Wall time is printed but says little on a shared machine.
     python benchmarks/tracing_cost.py                          # 300 episodes, 4 rounds
     python benchmarks/tracing_cost.py --episodes 600 --rounds 6 --content --messages
     python benchmarks/tracing_cost.py --transport direct      # the transport concurrency.py uses
+    # ... and traced with the span writer's thread encoding every span, as a third mode
+    python benchmarks/tracing_cost.py --transport direct --writer-thread --rounds 9
     # By instructions, steady on a busy machine (needs valgrind; a few minutes): one untraced
     # and one traced run of 100 episodes after a warm-up of 100, counted by callgrind
     python benchmarks/tracing_cost.py --instructions
@@ -46,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from parley import event_loop  # noqa: E402
 from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
+from parley.observability.otlp_json import OtlpJsonSpanWriter  # noqa: E402
 from parley.runtime.config import load_config  # noqa: E402
 from parley.runtime.scheduler import run_experiment  # noqa: E402
 
@@ -110,7 +113,10 @@ async def one_run(url: str, args: argparse.Namespace, tracing: dict[str, Any]) -
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     modes: dict[str, dict[str, Any]] = {"off": {"enabled": False}}
     modes["on"] = {"enabled": True, "content": args.content, "messages": args.messages}
+    if args.writer_thread:
+        modes["thread"] = modes["on"]  # traced, the writer thread encoding every span
     rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    inline = OtlpJsonSpanWriter.INLINE
     with SimServerProcess(sim_config()) as server:
         # Warm-up: imports, first sockets, caches (untimed, unmarked).
         warm = argparse.Namespace(**{**vars(args), "marks": False})
@@ -118,9 +124,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             warm.episodes = args.warmup
         if warm.episodes:
             await one_run(server.openai_url, warm, modes["on"])
+        names = list(modes)
         for r in range(args.rounds):
-            order = list(modes) if r % 2 == 0 else list(reversed(modes))
+            if len(names) == 2:
+                order = names if r % 2 == 0 else names[::-1]
+            else:  # each mode first in turn
+                order = names[r % len(names) :] + names[: r % len(names)]
             for mode in order:
+                OtlpJsonSpanWriter.INLINE = 0 if mode == "thread" else inline
                 got = await one_run(server.openai_url, args, modes[mode])
                 got["us_per_request"] = 1e6 * got["cpu_s"] / max(1, got["requests"])
                 rows[mode].append(got)
@@ -129,20 +140,24 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     f"{got['us_per_request']:.0f} µs CPU/request, wall {got['wall_s']:.1f} s",
                     flush=True,
                 )
+        OtlpJsonSpanWriter.INLINE = inline
     summary = {}
     for mode, runs in rows.items():
         per = [x["us_per_request"] for x in runs]
         summary[mode] = {"median_us": statistics.median(per), "min_us": min(per), "runs": per}
-    ratios = [
-        on["us_per_request"] / off["us_per_request"]
-        for on, off in zip(rows["on"], rows["off"], strict=True)
-    ]
-    summary["ratio"] = {
-        "median": statistics.median(ratios),
-        "min": min(ratios),
-        "max": max(ratios),
-        "of_medians": summary["on"]["median_us"] / summary["off"]["median_us"],
-    }
+    for mode in modes:
+        if mode == "off":
+            continue
+        ratios = [
+            on["us_per_request"] / off["us_per_request"]
+            for on, off in zip(rows[mode], rows["off"], strict=True)
+        ]
+        summary["ratio" if mode == "on" else f"ratio_{mode}"] = {
+            "median": statistics.median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "of_medians": summary[mode]["median_us"] / summary["off"]["median_us"],
+        }
     return {"rows": rows, "summary": summary}
 
 
@@ -162,6 +177,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="off/on pairs, interleaved")
     parser.add_argument("--content", action="store_true", help="record message content too")
     parser.add_argument("--messages", action="store_true", help="bus publish/receive spans too")
+    parser.add_argument(
+        "--writer-thread",
+        action="store_true",
+        help="a third mode, interleaved: traced with the span writer's thread encoding every "
+        "span (as before the thirteenth window), against the loop encoding its own",
+    )
     parser.add_argument(
         "--warmup", type=int, default=None, help="episodes of the untimed warm-up (--episodes)"
     )
@@ -206,13 +227,15 @@ def main() -> None:
     print()
     print("| tracing | CPU µs/request (median) | min |")
     print("|---|---|---|")
-    for mode in ("off", "on"):
+    for mode in result["rows"]:
         print(f"| {mode} | {s[mode]['median_us']:.0f} | {s[mode]['min_us']:.0f} |")
-    r = s["ratio"]
-    print(
-        f"traced/untraced: median of pairs {r['median']:.3f} (range {r['min']:.3f}–{r['max']:.3f}), "
-        f"of medians {r['of_medians']:.3f}"
-    )
+    for key, label in (("ratio", "traced/untraced"), ("ratio_thread", "writer thread/untraced")):
+        if key in s:
+            r = s[key]
+            print(
+                f"{label}: median of pairs {r['median']:.3f} "
+                f"(range {r['min']:.3f}–{r['max']:.3f}), of medians {r['of_medians']:.3f}"
+            )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     out = {
         "args": vars(args),

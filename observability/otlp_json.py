@@ -395,7 +395,7 @@ class OtlpJsonSpanWriter(SpanProcessor):
     the thread that made the writer (the run's event loop) are encoded there, ``inline`` at a
     time (64; fewer while spans are large, a line of about ``INLINE_BYTES``: a third of a
     millisecond), while they are still in that CPU's caches: encoding them on the writer
-    thread cost 3–9 % more CPU per traced model request for the same instructions (likely the
+    thread cost 2–9 % more CPU per traced model request for the same instructions (likely the
     span objects read cold on another core, and the threads trading the GIL;
     docs/performance.md, thirteenth window). A writer thread wakes every
     ``interval_s`` (or once about ``batch`` spans wait, encoded or not), encodes what other
@@ -412,17 +412,24 @@ class OtlpJsonSpanWriter(SpanProcessor):
     ``dropped`` says how many spans were lost either way.
     """
 
-    # About what the loop encodes in one go: a third of a millisecond.
+    # Spans the loop encodes in one go (0: none, the writer thread encodes every span; what
+    # ``tracing_cost.py --writer-thread`` compares against), and about as many bytes at most.
+    INLINE = 64
     INLINE_BYTES = 256 * 1024
 
     def __init__(
-        self, path: str | Path, *, batch: int = 512, interval_s: float = 0.5, inline: int = 64
+        self,
+        path: str | Path,
+        *,
+        batch: int = 512,
+        interval_s: float = 0.5,
+        inline: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.batch = batch
         self.interval_s = interval_s
-        self.inline = min(inline, batch)
+        self.inline = min(self.INLINE if inline is None else inline, batch)
         self._inline_now = self.inline  # fewer while spans are large (INLINE_BYTES)
         self._owner = threading.get_ident()
         self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
