@@ -3,7 +3,7 @@
 callgrind's instruction counts (``callgrind.py``) are steady, but they weigh a line of Python
 bookkeeping (a dict lookup, an attribute, a branch) as the few instructions it is, while on
 the CPU such lines run at a fraction of the speed of the C code a line can call (orjson,
-pydantic-core): the interpreter's branches and memory accesses stall it. A change that adds
+pydantic-core; likely the interpreter's branches and memory accesses). A change that adds
 mostly bookkeeping (publishing a message to Mosquitto: 11 % more instructions a turn, 25 %
 more lines, 22–28 % more CPU, docs/performance.md) looks cheaper by instructions than it is.
 Counting the lines each run executes, and in which functions, gives the other steady view,
@@ -11,7 +11,9 @@ and says where the difference lies.
 
 The count runs under ``sys.settrace`` (every thread started while it runs too), which slows
 Python about tenfold: timings taken meanwhile mean nothing, and work that batches by time
-(the MQTT bus's writes and acknowledgements) batches differently than at full speed.
+(the MQTT bus's writes and acknowledgements) batches differently than at full speed. A line
+is a line event: a statement written over several lines counts once per line it runs, so the
+counts say where to look, not what each line costs.
 
     from linecount import counting
     with counting() as counted:
