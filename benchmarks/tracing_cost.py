@@ -126,10 +126,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             await one_run(server.openai_url, warm, modes["on"])
         names = list(modes)
         for r in range(args.rounds):
-            if len(names) == 2:
-                order = names if r % 2 == 0 else names[::-1]
-            else:  # each mode first in turn
-                order = names[r % len(names) :] + names[: r % len(names)]
+            # Each mode first in turn (with two: off, on, then on, off).
+            order = names[r % len(names) :] + names[: r % len(names)]
             for mode in order:
                 OtlpJsonSpanWriter.INLINE = 0 if mode == "thread" else inline
                 got = await one_run(server.openai_url, args, modes[mode])

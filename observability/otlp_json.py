@@ -280,7 +280,9 @@ class Encoder:
                 span._end_time or 0,
             )
             attributes = span._attributes
-            if span._status is _UNSET_STATUS and not span._events and not span._links:
+            # The shared UNSET status of a span never given one (another goes to _extras).
+            lean = span._status is _UNSET_STATUS and not span._events and not span._links
+            if lean:
                 # Most spans: one template for the whole span (head, attributes, end), by its
                 # shape; one formatting, one piece.
                 values = tuple(attributes.values())
@@ -310,8 +312,7 @@ class Encoder:
             )
             out.append(head)
             out.append(self.attributes(attributes))
-            # The shared UNSET status of a span never given one (another goes to _extras).
-            if span._status is _UNSET_STATUS and not span._events and not span._links:
+            if lean:
                 out.append(b"]}")
             else:
                 out.append(b"]" + self._extras(span) + b"}")
