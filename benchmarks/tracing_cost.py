@@ -12,6 +12,9 @@ run made. Wall time is printed but says little on a shared machine.
     python benchmarks/tracing_cost.py --transport direct      # the transport concurrency.py uses
     # ... and traced with the span writer's thread encoding every span, as a third mode
     python benchmarks/tracing_cost.py --transport direct --writer-thread --rounds 9
+    # What each part of tracing costs: traced runs with parts taken away, as three more
+    # interleaved modes (an ablation: what a design without them would save; see PARTS)
+    python benchmarks/tracing_cost.py --transport direct --parts --rounds 8
     # By instructions, steady on a busy machine (needs valgrind; a few minutes): one untraced
     # and one traced run of 100 episodes after a warm-up of 100, counted by callgrind
     python benchmarks/tracing_cost.py --instructions
@@ -29,6 +32,7 @@ Writes benchmarks/results/tracing_cost.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -37,7 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +50,55 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from opentelemetry import trace  # noqa: E402
+
 from parley import event_loop  # noqa: E402
+from parley.agents.backends import pool as model_pool  # noqa: E402
 from parley.agents.backends.simserver import SimServerProcess  # noqa: E402
+from parley.observability import metrics, tracing  # noqa: E402
 from parley.observability.otlp_json import OtlpJsonSpanWriter  # noqa: E402
 from parley.runtime.config import load_config  # noqa: E402
 from parley.runtime.scheduler import run_experiment  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
+
+# --parts: traced runs with parts of tracing taken away, each removal on top of the one
+# before. Not settings a run has: the benchmark replaces the part's entry point for the
+# run's duration, to measure what a tracing design without it would cost.
+PARTS = {
+    "no metrics": "the run's metrics not recorded (an episode's transcript not read back)",
+    "no metrics, agent": "nor an invoke_agent span per turn (the turn and chat spans stay)",
+    "no metrics, agent, chat": "nor a chat span per model call (the episode and turn spans "
+    "stay, and the traceparents on messages)",
+}
+
+
+@contextlib.contextmanager
+def without(mode: str) -> Iterator[None]:
+    """The parts of tracing that ``mode`` (a key of PARTS, or another mode) takes away, gone
+    for the block."""
+    saved = (metrics.RunMetrics.record_episode, tracing.handler_span, model_pool.ModelPool.__init__)
+    if mode in PARTS:
+        metrics.RunMetrics.record_episode = lambda self, result: None  # type: ignore[method-assign]
+    if mode in ("no metrics, agent", "no metrics, agent, chat"):
+        # The agent's turn runs in no span of its own: nothing current, nothing recorded.
+        tracing.handler_span = lambda *a, **k: contextlib.nullcontext(trace.INVALID_SPAN)
+    if mode == "no metrics, agent, chat":
+        # The model clients get a no-op tracer: no chat span, no traceparent header.
+        init, off = saved[2], trace.NoOpTracer()
+
+        def no_chat(self: Any, *a: Any, **k: Any) -> None:
+            init(self, *a, **{**k, "tracer": lambda: off})
+
+        model_pool.ModelPool.__init__ = no_chat  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        (
+            metrics.RunMetrics.record_episode,
+            tracing.handler_span,
+            model_pool.ModelPool.__init__,
+        ) = saved  # type: ignore[method-assign]
 
 
 def sim_config() -> dict[str, Any]:
@@ -115,6 +161,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     modes["on"] = {"enabled": True, "content": args.content, "messages": args.messages}
     if args.writer_thread:
         modes["thread"] = modes["on"]  # traced, the writer thread encoding every span
+    if args.parts:
+        modes.update({part: modes["on"] for part in PARTS})
     rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     inline = OtlpJsonSpanWriter.INLINE
     with SimServerProcess(sim_config()) as server:
@@ -130,7 +178,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             order = names[r % len(names) :] + names[: r % len(names)]
             for mode in order:
                 OtlpJsonSpanWriter.INLINE = 0 if mode == "thread" else inline
-                got = await one_run(server.openai_url, args, modes[mode])
+                with without(mode):
+                    got = await one_run(server.openai_url, args, modes[mode])
                 got["us_per_request"] = 1e6 * got["cpu_s"] / max(1, got["requests"])
                 rows[mode].append(got)
                 print(
@@ -182,6 +231,13 @@ def main() -> None:
         "span (as before the thirteenth window), against the loop encoding its own",
     )
     parser.add_argument(
+        "--parts",
+        action="store_true",
+        help="three more modes, interleaved: traced with parts of tracing taken away (the "
+        "run's metrics; then the invoke_agent spans too; then the chat spans too), to measure "
+        "what each part costs",
+    )
+    parser.add_argument(
         "--warmup", type=int, default=None, help="episodes of the untimed warm-up (--episodes)"
     )
     parser.add_argument(
@@ -227,13 +283,20 @@ def main() -> None:
     print("|---|---|---|")
     for mode in result["rows"]:
         print(f"| {mode} | {s[mode]['median_us']:.0f} | {s[mode]['min_us']:.0f} |")
-    for key, label in (("ratio", "traced/untraced"), ("ratio_thread", "writer thread/untraced")):
+    labels = {"on": "traced/untraced", "thread": "writer thread/untraced"}
+    for mode in result["rows"]:
+        key = "ratio" if mode == "on" else f"ratio_{mode}"
         if key in s:
             r = s[key]
             print(
-                f"{label}: median of pairs {r['median']:.3f} "
-                f"(range {r['min']:.3f}–{r['max']:.3f}), of medians {r['of_medians']:.3f}"
+                f"{labels.get(mode, f'traced, {mode}/untraced')}: median of pairs "
+                f"{r['median']:.3f} (range {r['min']:.3f}–{r['max']:.3f}), "
+                f"of medians {r['of_medians']:.3f}"
             )
+    if args.parts:
+        print()
+        for part, what in PARTS.items():
+            print(f"{part}: {what}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     out = {
         "args": vars(args),
