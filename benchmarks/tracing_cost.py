@@ -78,12 +78,13 @@ def without(mode: str) -> Iterator[None]:
     """The parts of tracing that ``mode`` (a key of PARTS, or another mode) takes away, gone
     for the block."""
     saved = (metrics.RunMetrics.record_episode, tracing.handler_span, model_pool.ModelPool.__init__)
-    if mode in PARTS:
+    taken = list(PARTS).index(mode) + 1 if mode in PARTS else 0  # each takes the one before's too
+    if taken >= 1:
         metrics.RunMetrics.record_episode = lambda self, result: None  # type: ignore[method-assign]
-    if mode in ("no metrics, agent", "no metrics, agent, chat"):
+    if taken >= 2:
         # The agent's turn runs in no span of its own: nothing current, nothing recorded.
         tracing.handler_span = lambda *a, **k: contextlib.nullcontext(trace.INVALID_SPAN)
-    if mode == "no metrics, agent, chat":
+    if taken >= 3:
         # The model clients get a no-op tracer: no chat span, no traceparent header.
         init, off = saved[2], trace.NoOpTracer()
 

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import tracing_cost
 
 from parley.agents.backends.simserver import SimServerProcess
+from parley.observability.tracing import read_spans
 from parley.runtime.scheduler import run_experiment
 
 
@@ -30,12 +31,7 @@ def sim() -> Iterator[SimServerProcess]:
 
 def _span_kinds(run: Path) -> Counter[str]:
     """Spans in the run's trace file by the first word of their name (chat, turn …)."""
-    kinds: Counter[str] = Counter()
-    for line in (run / "traces.jsonl").read_text().splitlines():
-        for resource in json.loads(line)["resourceSpans"]:
-            for scope in resource["scopeSpans"]:
-                kinds.update(span["name"].split()[0] for span in scope["spans"])
-    return kinds
+    return Counter(span["name"].split()[0] for span in read_spans(run))
 
 
 def _episodes_counted(run: Path) -> int:
