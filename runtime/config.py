@@ -518,8 +518,15 @@ def load_config(
         label = str(path)
         if not path.exists():
             raise ConfigError([("config", str(path), "no such file")])
+        if path.is_dir():
+            raise ConfigError([("config", str(path), "a folder: name the config file in it")])
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise ConfigError([("config", str(path), f"cannot be read: {reason}")]) from None
+        try:
+            data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError([("config", str(path), f"not valid YAML: {exc}")]) from None
         if not isinstance(data, dict):

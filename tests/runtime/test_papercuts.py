@@ -19,6 +19,7 @@ import sys
 import termios
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -82,6 +83,28 @@ def test_an_out_folder_that_cannot_be_made_is_one_message(tmp_path: Path) -> Non
     _refused(written, 1, "--out", "cannot write it")
     assert len(written.stderr.strip().splitlines()) == 1
     assert blocker.read_text() == "not a folder"  # nothing lost
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda path: path.mkdir(), "a folder: name the config file in it"),
+        (lambda path: path.write_bytes(b"name: \xff\xfe\n"), "cannot be read: not UTF-8 text"),
+        (lambda path: path.write_text("name: [x"), "not valid YAML"),
+    ],
+)
+def test_a_config_that_is_no_readable_file_is_one_message(
+    make: Any, message: str, tmp_path: Path
+) -> None:
+    config = tmp_path / "config.yaml"
+    make(config)
+    commands = {"run": [str(config), "--out", str(tmp_path / "r")], "plan": [str(config)]}
+    for command, args in commands.items():
+        done = parley(command, *args)
+        _refused(done, 2, "invalid config")
+        said = "".join(done.stderr.split())  # the message wraps to the terminal's width
+        assert "".join(str(config).split()) in said and "".join(message.split()) in said, said
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize(
