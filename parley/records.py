@@ -19,6 +19,7 @@ Example::
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,8 @@ import orjson
 # record; transcript lines are bus messages, versioned by the bus codec's ``v``.
 SCHEMA_VERSION = 2
 RECORD_SCHEMA = SCHEMA_VERSION  # its name before records carried ``schema_version``
+log = logging.getLogger(__name__)
+
 # Outcomes of an episode that is done with: a resumed run skips them.
 FINISHED = ("success", "lost", "aborted", "error")
 
@@ -118,11 +121,17 @@ def main_score(record: dict[str, Any]) -> float | None:
     return (record.get("scores") or {}).get("main")
 
 
-def read_records(path: str | Path) -> list[dict[str, Any]]:
+def read_records(
+    path: str | Path, *, unreadable: list[bytes] | None = None
+) -> list[dict[str, Any]]:
     """The records of ``episodes.jsonl`` (``path``: the run folder or the file), upgraded to
     the current shape; a torn last line (a crash mid-write) is skipped, and of several records
     of one episode the last wins (``--retry-errors`` appends a second one). Raises
-    :class:`NewerSchema` for a folder or record written by a newer parley."""
+    :class:`NewerSchema` for a folder or record written by a newer parley.
+
+    A line before the last that is no episode's record (a damaged disk, an edit gone wrong:
+    not JSON, not UTF-8, no episode or outcome) is skipped with a warning, and added to
+    ``unreadable`` when given."""
     file = Path(path)
     if file.is_dir():
         file = file / "episodes.jsonl"
@@ -130,16 +139,46 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     if not file.exists():
         return []
     latest: dict[str, dict[str, Any]] = {}
-    for line in file.read_text(encoding="utf-8").splitlines():
+    lines = file.read_bytes().split(b"\n")
+    torn = lines.pop()  # b"" after a whole last line; else what a crash left of one
+    damaged: list[bytes] = []
+    for line in lines:
         if not line.strip():
             continue
-        try:
-            record = loads(line)
-        except json.JSONDecodeError:
+        record = _record(line)
+        if record is None:
+            damaged.append(line)
             continue
         check_schema(record, file.parent)
         latest[record["episode"]] = record
+    if torn.strip() and (record := _record(torn)) is not None:  # whole, but for its newline
+        check_schema(record, file.parent)
+        latest[record["episode"]] = record
+    if damaged:
+        log.warning(
+            "%s: skipped %d damaged lines that are no episode's record (the first begins %r)",
+            file,
+            len(damaged),
+            damaged[0][:60],
+        )
+        if unreadable is not None:
+            unreadable.extend(damaged)
     return [upgrade(record) for record in latest.values()]
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    """The episode record on ``line``, or None for a line that holds none."""
+    try:
+        record = loads(line)
+    except ValueError:  # not JSON, or not UTF-8
+        return None
+    if (
+        not isinstance(record, dict)
+        or not isinstance(record.get("episode"), str)
+        or not isinstance(record.get("outcome"), str)
+    ):
+        return None
+    return record
 
 
 def transcripts(
@@ -197,8 +236,11 @@ class RecordedRun:
             else:  # not finished (e.g. cancelled): scan for its messages
                 lines = [line for line in f if episode.encode() in line]
         for line in lines:
-            message = loads(line)
-            if message.get("episode") == episode:
+            try:
+                message = loads(line)
+            except ValueError:  # a damaged line: the rest of the transcript still reads
+                continue
+            if isinstance(message, dict) and message.get("episode") == episode:
                 yield message
 
     def image_path(self, sha256: str) -> Path:

@@ -301,7 +301,23 @@ class RunFolder(RecordedRun):
         line torn by a crash is not continued."""
         if not self.episodes.exists():
             return
-        kept = [r for r in self.records() if r["outcome"] in FINISHED]
+        damaged: list[bytes] = []
+        kept = [
+            r for r in read_records(self.episodes, unreadable=damaged) if r["outcome"] in FINISHED
+        ]
+        if damaged:
+            # Out of the records file, but not lost: the lines go to a file of their own.
+            aside = self.path / DAMAGED_FILE
+            with aside.open("ab") as f:
+                f.write(b"".join(line + b"\n" for line in damaged))
+                f.flush()
+                os.fsync(f.fileno())
+            log.warning(
+                "moved %d damaged lines of %s to %s; an episode they held is played again",
+                len(damaged),
+                self.episodes,
+                aside,
+            )
         if torn_images:
             kept = [r for r in kept if not self._uses_images(r, torn_images)]
         whole = self._with_whole_transcripts(kept)
@@ -387,6 +403,9 @@ def _after_last_line(f: BinaryIO, block: int = 1 << 16) -> int:
         end = start
     return 0
 
+
+# Where a resumed run keeps the lines of episodes.jsonl that were no episode's record.
+DAMAGED_FILE = "episodes.damaged.jsonl"
 
 # The run folder's append-only logs besides the records (observability writes them), whose
 # last line a full disk may have cut.

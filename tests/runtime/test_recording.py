@@ -378,6 +378,37 @@ async def test_records_naming_missing_or_torn_transcript_lines_are_played_again(
         assert list(folder.iter_transcript(record["episode"]))
 
 
+async def test_damaged_record_lines_are_read_past_and_kept_aside_on_resume(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = load_config(wire_config(4))
+    out = tmp_path / "run"
+    first = await run_experiment(config, out)
+    episodes = out / "episodes.jsonl"
+    lines = episodes.read_bytes().splitlines()
+    # One record's line overwritten (not UTF-8), and lines that hold no episode's record.
+    damaged = [b"\xff\xfe\x00 not a record", b"[1, 2]", b'{"episode": "x"}']
+    lost = json.loads(lines[1])["episode"]
+    lines[1] = damaged[0]
+    episodes.write_bytes(b"\n".join([*lines, *damaged[1:]]) + b"\n")
+
+    with caplog.at_level("WARNING"):
+        read = RunFolder(out).records()
+    assert sorted(r["episode"] for r in read) == sorted(
+        r["episode"] for r in first.records if r["episode"] != lost
+    )
+    assert "skipped 3 damaged lines" in caplog.text
+
+    resumed = await run_experiment(config, out, resume=True)
+
+    assert resumed.progress.done == 1  # the episode whose record was damaged, played again
+    assert sorted(r["episode"] for r in resumed.records) == sorted(
+        r["episode"] for r in first.records
+    )
+    assert every_line_parses(episodes) == 4
+    assert (out / results.DAMAGED_FILE).read_bytes().splitlines() == damaged  # nothing lost
+
+
 async def test_torn_images_run_json_and_transcript_are_repaired_on_resume(tmp_path: Path) -> None:
     config = load_config(wire_config(6))
     out = tmp_path / "run"
