@@ -145,13 +145,13 @@ def read_records(
     for line in lines:
         if not line.strip():
             continue
-        record = _record(line)
+        record = parse_record(line)
         if record is None:
             damaged.append(line)
             continue
         check_schema(record, file.parent)
         latest[record["episode"]] = record
-    if torn.strip() and (record := _record(torn)) is not None:  # whole, but for its newline
+    if torn.strip() and (record := parse_record(torn)) is not None:  # whole, but for its newline
         check_schema(record, file.parent)
         latest[record["episode"]] = record
     if damaged:
@@ -166,8 +166,9 @@ def read_records(
     return [upgrade(record) for record in latest.values()]
 
 
-def _record(line: bytes) -> dict[str, Any] | None:
-    """The episode record on ``line``, or None for a line that holds none."""
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """The episode record on a line of ``episodes.jsonl`` (not upgraded), or None for a line
+    that holds none: not JSON, not UTF-8, or no ``episode`` or ``outcome``."""
     try:
         record = loads(line)
     except ValueError:  # not JSON, or not UTF-8

@@ -47,7 +47,7 @@ from parley.bus.signing import read_public_key, verify
 from parley.observability.dashboard import episode as shown
 from parley.observability.dashboard.index import RUNNING, EpisodeIndex
 from parley.observability.leaks import episode_disclosures
-from parley.records import main_score, upgrade
+from parley.records import main_score, parse_record, upgrade
 
 MAX_MESSAGES = 5000  # per live episode
 MAX_STATES = 500  # per live episode
@@ -536,9 +536,8 @@ class Hub:
             offset, start = start, start + len(line)
             if not line.strip():
                 continue
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
+            record = parse_record(line)
+            if record is None:  # a damaged line (parley.records warns of it when read whole)
                 continue
             self._recorded(state, upgrade(record), offset)
             count += 1
@@ -596,7 +595,7 @@ class Hub:
         for line in lines:
             with contextlib.suppress(orjson.JSONDecodeError):
                 message = orjson.loads(line)
-                if message.get("episode") == record["episode"]:
+                if isinstance(message, dict) and message.get("episode") == record["episode"]:
                     messages.append(message)
         return messages
 
@@ -608,7 +607,8 @@ class Hub:
             return None
         with (state.folder / "episodes.jsonl").open("rb") as f:
             f.seek(row.offset)
-            return upgrade(orjson.loads(f.readline()))
+            record = parse_record(f.readline())
+        return upgrade(record) if record is not None else None
 
     def has_image(self, sha: str) -> bool:
         """Whether :meth:`image` can serve ``sha`` now."""

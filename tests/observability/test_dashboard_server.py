@@ -210,6 +210,23 @@ async def test_episode_index_at_100000_episodes(tmp_path: Path) -> None:
         state.index.query(limit=0)
 
 
+async def test_damaged_lines_of_a_followed_folder_are_read_past(tmp_path: Path) -> None:
+    records = synthetic_run(tmp_path / "run", 5)
+    episodes = tmp_path / "run" / "episodes.jsonl"
+    lines = episodes.read_bytes().splitlines()
+    # Not UTF-8, JSON that is no record, a record without an outcome: between whole records.
+    damaged = [b"\xff\xfe\x00", b"[1, 2]", b'{"episode": "ep-x"}']
+    episodes.write_bytes(b"\n".join([*lines[:2], *damaged, *lines[2:]]) + b"\n")
+    hub = Hub()
+    state = hub.follow(tmp_path / "run")
+    assert state is not None
+    assert sorted(row["episode"] for row in state.index.query()["rows"]) == sorted(
+        r["episode"] for r in records
+    )
+    view = hub.episode_view(state.run, records[3]["episode"])
+    assert view is not None and view["seed"] == records[3]["seed"]
+
+
 async def test_leak_flags_from_a_run_folder(tmp_path: Path) -> None:
     folder = tmp_path / "run"
     folder.mkdir()
