@@ -16,13 +16,12 @@ name or as one function deciding by the record.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from parley.observability.dashboard import episode as shown
-from parley.records import main_score, read_records
+from parley.records import main_score, parse_message, read_records
 
 ExtraFn = Callable[[dict[str, Any], list[dict[str, Any]], Path], str]
 Extras = Mapping[str, ExtraFn] | Callable[[dict[str, Any]], ExtraFn | None] | None
@@ -69,7 +68,7 @@ def load_messages(run_dir: Path, record: dict[str, Any]) -> list[dict[str, Any]]
         if not per_episode.exists():
             return []
         lines = per_episode.read_bytes().splitlines()
-    messages = [json.loads(line) for line in lines if line.strip()]
+    messages = [m for m in map(parse_message, lines) if m is not None]  # past damaged lines
     return [m for m in messages if m.get("episode", record["episode"]) == record["episode"]]
 
 

@@ -166,6 +166,17 @@ def read_records(
     return [upgrade(record) for record in latest.values()]
 
 
+def parse_message(line: bytes | str) -> dict[str, Any] | None:
+    """The message on a line of a transcript, as JSON, or None for a line that holds none (torn
+    by a crash, damaged: not JSON, not UTF-8, not an object). Readers skip those: the rest of
+    the transcript still reads."""
+    try:
+        message = loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
 def parse_record(line: bytes) -> dict[str, Any] | None:
     """The episode record on a line of ``episodes.jsonl`` (not upgraded), or None for a line
     that holds none: not JSON, not UTF-8, or no ``episode`` or ``outcome``."""
@@ -199,11 +210,8 @@ def transcripts(
             lines = f.read(int(where["length"])).splitlines()
             messages = []
             for line in lines:
-                try:
-                    message = loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if message.get("episode") == record["episode"]:
+                message = parse_message(line)
+                if message is not None and message.get("episode") == record["episode"]:
                     messages.append(message)
             yield record, messages
 
@@ -237,11 +245,8 @@ class RecordedRun:
             else:  # not finished (e.g. cancelled): scan for its messages
                 lines = [line for line in f if episode.encode() in line]
         for line in lines:
-            try:
-                message = loads(line)
-            except ValueError:  # a damaged line: the rest of the transcript still reads
-                continue
-            if isinstance(message, dict) and message.get("episode") == episode:
+            message = parse_message(line)
+            if message is not None and message.get("episode") == episode:
                 yield message
 
     def image_path(self, sha256: str) -> Path:

@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 from scipy import stats as scipy_stats
 
 from parley.bus.messages import (
@@ -47,7 +46,7 @@ from parley.bus.signing import read_public_key, verify
 from parley.observability.dashboard import episode as shown
 from parley.observability.dashboard.index import RUNNING, EpisodeIndex
 from parley.observability.leaks import episode_disclosures
-from parley.records import main_score, parse_record, upgrade
+from parley.records import main_score, parse_message, parse_record, upgrade
 
 MAX_MESSAGES = 5000  # per live episode
 MAX_STATES = 500  # per live episode
@@ -593,10 +592,9 @@ class Hub:
             lines = f.read(int(where["length"])).splitlines()
         messages = []
         for line in lines:
-            with contextlib.suppress(orjson.JSONDecodeError):
-                message = orjson.loads(line)
-                if isinstance(message, dict) and message.get("episode") == record["episode"]:
-                    messages.append(message)
+            message = parse_message(line)
+            if message is not None and message.get("episode") == record["episode"]:
+                messages.append(message)
         return messages
 
     def record(self, run: str, episode: str) -> dict[str, Any] | None:

@@ -13,12 +13,12 @@ Per pairing, efficiency is computed as in the paper, from the mean PSR and the m
 from __future__ import annotations
 
 import csv
-import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from parley.records import parse_message
 from parley.runtime.report import markdown_table
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
@@ -370,11 +370,8 @@ def iter_messages(run_dir: Path, episodes: set[str]) -> Iterator[dict[str, Any]]
     if folder.transcripts.is_file():
         with folder.transcripts.open("rb") as f:
             for line in f:
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue  # a torn line from a crash
-                if message.get("episode") in episodes:
+                message = parse_message(line)  # None for a torn or damaged line
+                if message is not None and message.get("episode") in episodes:
                     yield message
         return
     for episode in sorted(episodes):

@@ -10,12 +10,12 @@ table is the paper's: DF = the edit-similarity score (loose), RF = reaching the 
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from parley.records import parse_message
 from parley.runtime.report import markdown_table
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
@@ -68,12 +68,16 @@ def question_rows(records: list[dict[str, Any]], run_dir: Path) -> list[dict[str
     labels = player_labels(list(mango.values()))
     rows = []
     for line in _messages(run_dir):
-        message = json.loads(line)
-        episode = message.get("episode")
-        data = (message.get("data") or {}).get("mango")
-        if message.get("event") != "note" or data is None or episode not in mango:
+        message = parse_message(line)
+        if message is None:  # a torn or damaged line
             continue
-        rows.append({**data, "player": labels[episode], "episode": episode})
+        episode, data = message.get("episode"), message.get("data")
+        note = data.get("mango") if isinstance(data, dict) else None
+        if message.get("event") != "note" or not isinstance(note, dict):
+            continue
+        if not isinstance(episode, str) or episode not in mango:
+            continue
+        rows.append({**note, "player": labels[episode], "episode": episode})
     return rows
 
 

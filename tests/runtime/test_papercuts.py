@@ -12,6 +12,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -146,6 +147,32 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     config = load_config(QUICKSTART, ["games.0.seeds.count=1", "tracing.enabled=false"])
     event_loop.run(run_experiment(config, out))
     return out
+
+
+def test_readers_of_a_run_folder_read_past_damaged_lines(run_folder: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "damaged"
+    shutil.copytree(run_folder, folder)
+    transcripts = folder / "transcripts.jsonl"
+    lines = transcripts.read_bytes().split(b"\n")
+    # Two messages overwritten in place (the records' byte ranges still hold): JSON that is
+    # no message, and bytes that are not UTF-8; a line that is no record among the records.
+    lines[1] = b"[" + b" " * (len(lines[1]) - 2) + b"]"
+    lines[2] = b"\xff" * len(lines[2])
+    transcripts.write_bytes(b"\n".join(lines))
+    with (folder / "episodes.jsonl").open("ab") as f:
+        f.write(b"\xfe\xff not a record\n")
+    for command in (
+        ["report", str(folder)],
+        ["leaks", str(folder)],
+        ["errors", str(folder)],
+        ["export", str(folder), "--out", str(tmp_path / "tables")],
+    ):
+        done = parley(*command)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
+        assert "skipped 1 damaged lines" in " ".join(done.stderr.split())
+    assert (folder / "report.md").stat().st_size > 0
+    assert sorted(path.name for path in (tmp_path / "tables").iterdir())
 
 
 def test_judging_with_a_launch_only_model_is_one_line(run_folder: Path, tmp_path: Path) -> None:
