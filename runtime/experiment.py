@@ -221,9 +221,37 @@ def episode_id(game: str, seed: int, repetition: int, key: str) -> str:
     return f"{game}-s{seed}-r{repetition}-{key}"
 
 
+class InstancesFileError(ValueError):
+    """An instances file that does not hold one instance (a JSON object) a line."""
+
+
 def read_instances(path: str | Path) -> list[dict[str, Any]]:
-    """Instances from a JSONL file, one JSON object a line."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """Instances from a JSONL file, one JSON object a line; an instance's ``seed``, where it
+    has one, is a whole number. Raises :class:`InstancesFileError` naming the first line that
+    is not one, or why the file cannot be read."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InstancesFileError("not UTF-8 text") from None
+    except OSError as exc:
+        raise InstancesFileError(f"cannot be read: {exc.strerror}") from None
+    instances = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            instance = json.loads(line)
+        except ValueError as exc:
+            raise InstancesFileError(f"line {number} is not JSON: {exc}") from None
+        if not isinstance(instance, dict):
+            raise InstancesFileError(
+                f"line {number} is a JSON {type(instance).__name__}, not an object (an instance)"
+            )
+        seed = instance.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise InstancesFileError(f"line {number}: seed {seed!r} is not a whole number")
+        instances.append(instance)
+    return instances
 
 
 def write_instances(path: str | Path, instances: list[dict[str, Any]]) -> None:
@@ -329,9 +357,13 @@ def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
         info = registry.get(block.game)
         memory = {role: block.memory.get(role, MemorySpec()) for role in info.roles}
         if block.instances_file:
+            try:
+                read = read_instances(block.instances_file)
+            except InstancesFileError as exc:
+                problems.append((f"games.{i}.instances_file", block.instances_file, str(exc)))
+                continue
             instances: list[tuple[int, dict[str, Any] | None]] = [
-                (int(inst.get("seed", n)), inst)
-                for n, inst in enumerate(read_instances(block.instances_file))
+                (int(inst.get("seed", n)), inst) for n, inst in enumerate(read)
             ]
         else:
             instances = [(seed, None) for seed in block.seed_list()]

@@ -431,6 +431,34 @@ async def test_instances_written_to_jsonl_play_as_their_seeds(tmp_path: Path) ->
     assert len({r["outcome"] for r in by_seed.records}) == 2  # random play: won and lost both
 
 
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (b"\xff\xfe\n", "not UTF-8 text"),
+        (b'{"seed": 1}\n[1]\n', "line 2 is a JSON list, not an object (an instance)"),
+        (b'{"seed": 1}\n{broken\n', "line 2 is not JSON: Expecting property name"),
+        (b'{"seed": "abc"}\n', "line 1: seed 'abc' is not a whole number"),
+    ],
+)
+def test_a_damaged_instances_file_is_a_config_error_naming_the_line(
+    content: bytes, says: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "wire.jsonl"
+    path.write_bytes(content)
+    pairings = [{"solver": "scripted", "expert": "scripted"}]
+    config = load_config(
+        {
+            "name": "i",
+            "games": [{"game": "comma.wire", "pairings": pairings, "instances_file": str(path)}],
+        }
+    )
+    with pytest.raises(ConfigError) as caught:
+        expand(config)
+    [(field, value, expected)] = caught.value.problems
+    assert (field, value) == ("games.0.instances_file", str(path))
+    assert expected.startswith(says), expected
+
+
 def test_instances_refuses_an_unknown_setting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
