@@ -825,6 +825,8 @@ async def export(
     import aiohttp
 
     target = traces_url(url)
+    if not target.startswith(("http://", "https://")):
+        raise ExportError(f"{url} is not an OTLP/HTTP endpoint: give http(s)://host:port")
     content_type = "application/json" if protocol == "http/json" else "application/x-protobuf"
     sent = spans = 0
     timeout = aiohttp.ClientTimeout(total=timeout_s)

@@ -149,6 +149,9 @@ def test_export_to_nowhere_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     code = main(["traces", "export", str(tmp_path / "run"), "--otlp", "http://127.0.0.1:9"])
     out = capsys.readouterr().err
     assert code == 1 and "Traceback" not in out and "could not send" in out
+    assert main(["traces", "export", str(tmp_path / "run"), "--otlp", "collector:4318"]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert "collector:4318 is not an OTLP/HTTP endpoint: give http(s)://host:port" in said
     assert main(["traces", "export", str(tmp_path / "nothing"), "--otlp", "http://x"]) == 2
 
 
