@@ -144,7 +144,12 @@ _SCHEMA = (
 )
 
 
-class SchemaError(RuntimeError):
+class MemoryStoreError(RuntimeError):
+    """A memory store that cannot be used: a damaged file, a folder, no access (one line for
+    the user)."""
+
+
+class SchemaError(MemoryStoreError):
     """A memory file written by a newer (or unknown) schema."""
 
 
@@ -160,11 +165,37 @@ class SQLiteEpisodeStore:
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = 30_000) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            str(self.path), timeout=busy_timeout_ms / 1000, isolation_level=None
-        )
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(
+                str(self.path), timeout=busy_timeout_ms / 1000, isolation_level=None
+            )
+        except (OSError, sqlite3.Error) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise MemoryStoreError(
+                f"the memory store {self.path} cannot be opened ({reason}): name a SQLite "
+                "file in a folder this process may write (memory_store.path)"
+            ) from None
+        try:
+            self._open(busy_timeout_ms)
+        except sqlite3.Error as exc:
+            self._db.close()
+            why = (
+                f"another process held it locked for {busy_timeout_ms / 1000:g} s"
+                if "locked" in str(exc)
+                else "it is not a memory file of parley's, or it is damaged; move it away, or "
+                "name another file (memory_store.path)"
+            )
+            raise MemoryStoreError(
+                f"the memory store {self.path} cannot be used ({exc}): {why}"
+            ) from None
+        except BaseException:
+            self._db.close()
+            raise
+
+    def _open(self, busy_timeout_ms: int) -> None:
+        """Set the connection up and the schema in place (a new file gets it)."""
         self._db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         self._wal(busy_timeout_ms / 1000)
         # NORMAL under WAL: a commit survives the process being killed (SIGKILL); only a power

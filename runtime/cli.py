@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 
 from parley import event_loop
+from parley.memory.across import MemoryStoreError
 from parley.records import NewerSchema
 from parley.runtime.config import ConfigError
 from parley.runtime.preflight import add_check_command, add_run_arguments, check_before_run
@@ -1087,6 +1088,9 @@ def main(argv: list[str] | None = None) -> int:
     except NewerSchema as exc:  # any command reading a folder of a newer parley (resume too)
         console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
         return 2
+    except MemoryStoreError as exc:  # a run's memory_store: a damaged file, a folder …
+        console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        return 1
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from parley.memory.across import (
     SCHEMA_VERSION,
     EpisodeMemory,
     InProcessEpisodeStore,
+    MemoryStoreError,
     Recollection,
     SchemaError,
     SQLiteEpisodeStore,
@@ -106,6 +107,43 @@ def test_sqlite_store_writes_an_episode_once_and_reads_in_order(tmp_path: Path) 
     db.close()
     with pytest.raises(SchemaError, match="schema version 2"):
         SQLiteEpisodeStore(path)
+
+
+def test_a_store_that_cannot_be_used_is_one_message_and_left_as_it_was(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    damaged = tmp_path / "damaged.sqlite"
+    damaged.write_bytes(b"not a database \xff\xfe" * 100)
+    with pytest.raises(MemoryStoreError, match=r"cannot be used \(file is not a database\)"):
+        SQLiteEpisodeStore(damaged)
+    assert damaged.read_bytes() == b"not a database \xff\xfe" * 100  # nothing lost
+    with pytest.raises(MemoryStoreError, match="cannot be opened"):
+        SQLiteEpisodeStore(tmp_path)  # a folder
+    with pytest.raises(MemoryStoreError, match="schema version"):  # still one of these
+        SQLiteEpisodeStore(_newer_schema(tmp_path / "newer.sqlite"))
+
+    path = tmp_path / "mem.yaml"
+    store = {"kind": "sqlite", "path": str(damaged)}
+    path.write_text(yaml.safe_dump(config(vault_block([0, 1], "notes"), memory_store=store)))
+    os.environ["PARLEY_PLUGINS"] = PLUGIN
+    try:
+        code = main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"])
+    finally:
+        del os.environ["PARLEY_PLUGINS"]
+    printed = capsys.readouterr()
+    said = " ".join((printed.out + printed.err).split())
+    assert code == 1 and "Traceback" not in said, said
+    assert f"the memory store {damaged} cannot be used" in said
+    episodes = tmp_path / "run" / "episodes.jsonl"
+    assert not episodes.exists() or not episodes.read_bytes()  # no episode played without it
+
+
+def _newer_schema(path: Path) -> Path:
+    db = sqlite3.connect(path)
+    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    db.commit()
+    db.close()
+    return path
 
 
 def _write_many(path: str, key: str) -> None:
