@@ -158,8 +158,16 @@ class ResponseCache:
         row = db.execute("SELECT value FROM replies WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
+        try:
+            value = orjson.loads(row[0])
+        except orjson.JSONDecodeError:
+            value = None
+        if not isinstance(value, dict):
+            # A damaged entry: a miss, and gone, so the reply asked for again is stored.
+            db.execute("DELETE FROM replies WHERE key = ?", (key,))
+            log.warning("response cache %s: dropped a damaged entry", self.path)
+            return None
         self._replayed[key] = self._replayed.get(key, 0) + 1
-        value: dict[str, Any] = orjson.loads(row[0])
         return value
 
     def _put(self, key: str, model: str, value: bytes) -> None:

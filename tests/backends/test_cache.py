@@ -4,12 +4,13 @@ never cached; ``parley cache stats|clear``."""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from parley.agents.backends.cache import request_key
+from parley.agents.backends.cache import ResponseCache, request_key
 from parley.agents.backends.simserver import SimServerProcess
 from parley.runtime.cli import main as cli
 from parley.runtime.report import build_report
@@ -121,3 +122,34 @@ async def test_errors_are_never_cached(tmp_path: Path) -> None:
         # The request that failed went to the server again.
         assert sim.stats()["requests"] > 0
         assert "cached" not in second[0]["model_calls"]["solver"]
+
+
+async def test_a_damaged_entry_is_a_miss_and_a_file_that_is_no_cache_is_an_empty_one(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "cache.sqlite"
+    cache = ResponseCache(path)
+    await cache.put("k", "m", {"text": "stored"})
+    await cache.put("j", "m", {"text": "kept"})
+    await cache.aclose()
+    db = sqlite3.connect(path)
+    db.execute("UPDATE replies SET value = ? WHERE key = 'k'", (b"\xff{ not json",))
+    db.commit()
+    db.close()
+
+    cache = ResponseCache(path)
+    with caplog.at_level("WARNING"):
+        assert await cache.get("k") is None
+    assert "dropped a damaged entry" in caplog.text
+    assert await cache.get("j") == {"text": "kept"}  # the others still replay
+    await cache.put("k", "m", {"text": "asked again"})
+    assert await cache.get("k") == {"text": "asked again"}
+    await cache.aclose()
+
+    other = tmp_path / "other.sqlite"
+    other.write_bytes(b"not a cache at all" * 50)
+    cache = ResponseCache(other)
+    assert await cache.get("k") is None
+    await cache.put("k", "m", {"text": "x"})  # the run goes on without its cache
+    await cache.aclose()
+    assert other.read_bytes() == b"not a cache at all" * 50
