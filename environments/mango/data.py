@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 from pathlib import Path
@@ -260,11 +260,33 @@ def format_walkthrough(steps: list[Step]) -> str:
     return "\n".join(blocks)
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                yield json.loads(line)
+def _questions(path: Path, parse: Callable[[dict[str, Any]], Question]) -> list[Question]:
+    """The questions of a JSONL file; :class:`MangoDataError` names the file and line of one
+    that is not a question."""
+    questions = []
+    number = 0  # of the line being read, for the error
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                number += 1
+                if line.strip():
+                    questions.append(parse(json.loads(line)))
+    except UnicodeDecodeError:
+        raise MangoDataError(f"{path}: not UTF-8 text") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        why = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise MangoDataError(f"{path}, line {number}: not a MANGO question ({why})") from None
+    return questions
+
+
+def _read(path: Path, parse: Callable[[str], Any]) -> Any:
+    """``parse`` of a file's text; :class:`MangoDataError` names the file it fails on."""
+    try:
+        return parse(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise MangoDataError(f"{path}: not UTF-8 text") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise MangoDataError(f"{path}: not in the MANGO format ({exc})") from None
 
 
 def df_question(q: dict[str, Any]) -> Question:
@@ -314,12 +336,12 @@ def load_game(folder: str | Path) -> MangoGame:
         raise MangoDataError(f"{path} is not a MANGO game folder: missing {', '.join(missing)}")
     return MangoGame(
         name=name,
-        locations=json.loads(files["locations.json"].read_text(encoding="utf-8")),
-        actions=json.loads(files["actions.json"].read_text(encoding="utf-8")),
-        steps=parse_walkthrough(files["walkthrough"].read_text(encoding="utf-8")),
-        edges=json.loads(files["edges.json"].read_text(encoding="utf-8")),
-        df=[df_question(q) for q in _jsonl(files["all2all.jsonl"])],
-        rf=[rf_question(q) for q in _jsonl(files["all_pairs.jsonl"])],
+        locations=_read(files["locations.json"], json.loads),
+        actions=_read(files["actions.json"], json.loads),
+        steps=_read(files["walkthrough"], parse_walkthrough),
+        edges=_read(files["edges.json"], json.loads),
+        df=_questions(files["all2all.jsonl"], df_question),
+        rf=_questions(files["all_pairs.jsonl"], rf_question),
     )
 
 

@@ -87,6 +87,31 @@ def test_missing_data_folder_is_explained(tmp_path: Path) -> None:
         load_game(tmp_path / "g")
 
 
+@pytest.mark.parametrize(
+    ("file", "damage", "says"),
+    [
+        ("locations.json", b"\xff\xfe", "locations.json: not UTF-8 text"),
+        ("edges.json", b"{broken", "edges.json: not in the MANGO format"),
+        ("all2all.jsonl", b'{"id": 1}\n', "all2all.jsonl, line 2: not a MANGO question (no field"),
+        ("all_pairs.jsonl", b"[1, 2]\n", "all_pairs.jsonl, line 2: not a MANGO question"),
+    ],
+)
+def test_a_damaged_game_file_is_named_with_its_line(
+    file: str, damage: bytes, says: str, tmp_path: Path
+) -> None:
+    game = synthetic_game(3, 1)
+    folder = write_game(game, tmp_path)
+    target = folder / f"{game.name}.{file}"
+    if file.endswith(".jsonl"):  # a second line that is no question, after a whole one
+        first = target.read_bytes().splitlines(keepends=True)[0]
+        target.write_bytes(first + damage)
+    else:
+        target.write_bytes(damage)
+    with pytest.raises(MangoDataError) as caught:
+        load_game(folder)
+    assert says in str(caught.value) and str(target.parent) in str(caught.value)
+
+
 def test_synthetic_games_are_deterministic_and_in_the_format(tmp_path: Path) -> None:
     a, b = synthetic_game(3, 1), synthetic_game(3, 1)
     assert (a.steps, a.edges, a.locations, a.actions) == (b.steps, b.edges, b.locations, b.actions)
