@@ -25,6 +25,8 @@ from __future__ import annotations
 import csv
 import json
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,31 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 Item = dict[str, Any]
 """A selectable picture: ``id``, ``labels`` (what the selection compares: category, concepts or
 object categories), ``stimulus`` (what is shown; a ``photo`` or a synthetic ``scene``)."""
+
+
+class PhotoDataError(ValueError):
+    """A dataset file that is not in its dataset's format (one line for the user)."""
+
+
+class _Where:
+    line: int | None = None
+
+
+@contextmanager
+def _read_as(path: Path, kind: str) -> Iterator[_Where]:
+    """Turn what a damaged ``kind`` file raises while read in the block into a
+    :class:`PhotoDataError` naming the file (and the line, where the block sets it)."""
+    where = _Where()
+    try:
+        yield where
+    except PhotoDataError:
+        raise
+    except UnicodeDecodeError:
+        raise PhotoDataError(f"{path}: not UTF-8 text, so not {kind}") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        at = f", line {where.line}" if where.line is not None else ""
+        why = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise PhotoDataError(f"{path}{at}: not {kind} ({why})") from None
 
 
 def _photo(path: Path, facts: list[str]) -> dict[str, Any]:
@@ -78,26 +105,27 @@ def load_docci(root: str) -> tuple[Item, ...]:
     base = Path(root)
     meta = base / "docci_metadata.jsonlines"
     items = []
-    for line in meta.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        image = base / "images" / f"{record['example_id']}.jpg"
-        if not image.exists():
-            continue
-        labels = record.get("cloud_vision_api_responses", {}).get("labelAnnotations", [])
-        concepts = []
-        for label in labels:
-            name = str(label.get("description", "")).lower()
-            if label.get("score", 0) >= 0.8 and name and name not in concepts:
-                concepts.append(name)
-        items.append(
-            {
-                "id": record["example_id"],
-                "labels": concepts,
-                "stimulus": _photo(image, [an(c) for c in concepts]),
-            }
-        )
+    with _read_as(meta, "DOCCI metadata") as where:
+        for where.line, line in enumerate(meta.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            image = base / "images" / f"{record['example_id']}.jpg"
+            if not image.exists():
+                continue
+            labels = record.get("cloud_vision_api_responses", {}).get("labelAnnotations", [])
+            concepts = []
+            for label in labels:
+                name = str(label.get("description", "")).lower()
+                if label.get("score", 0) >= 0.8 and name and name not in concepts:
+                    concepts.append(name)
+            items.append(
+                {
+                    "id": record["example_id"],
+                    "labels": concepts,
+                    "stimulus": _photo(image, [an(c) for c in concepts]),
+                }
+            )
     return tuple(items)
 
 
@@ -108,21 +136,25 @@ def load_clevr(root: str) -> tuple[Item, ...]:
     items = []
     for scene_file in sorted((base / "scenes").glob("CLEVR_*_scenes.json")):
         split = scene_file.stem.split("_")[1]
-        for scene in json.loads(scene_file.read_text(encoding="utf-8"))["scenes"]:
-            image = base / "images" / split / scene["image_filename"]
-            if not image.exists():
-                continue
-            cats = [
-                f"{o['size']} {o['color']} {o['shape']} {o['material']}" for o in scene["objects"]
-            ]
-            facts = []
-            for o in scene["objects"]:
-                fact = an(f"{o['size']} {o['color']} {o['material']} {o['shape']}")
-                if fact not in facts:
-                    facts.append(fact)
-            items.append(
-                {"id": scene["image_filename"], "labels": cats, "stimulus": _photo(image, facts)}
-            )
+        with _read_as(scene_file, "CLEVR scenes"):
+            for scene in json.loads(scene_file.read_text(encoding="utf-8"))["scenes"]:
+                image = base / "images" / split / scene["image_filename"]
+                if not image.exists():
+                    continue
+                objects = scene["objects"]
+                cats = [f"{o['size']} {o['color']} {o['shape']} {o['material']}" for o in objects]
+                facts = []
+                for o in objects:
+                    fact = an(f"{o['size']} {o['color']} {o['material']} {o['shape']}")
+                    if fact not in facts:
+                        facts.append(fact)
+                items.append(
+                    {
+                        "id": scene["image_filename"],
+                        "labels": cats,
+                        "stimulus": _photo(image, facts),
+                    }
+                )
     return tuple(items)
 
 
@@ -130,12 +162,12 @@ def load_vg_pairs(file: str) -> list[dict[str, Any]]:
     """Visual Genome image pairs for MatchIt (see the module docstring for the columns)."""
     path = Path(file)
     pairs = []
-    with path.open(newline="", encoding="utf-8") as handle:
+    with _read_as(path, "Visual Genome pairs"), path.open(newline="", encoding="utf-8") as handle:
         for row in csv.DictReader(handle):
             a = row.get("image_a") or row.get("url1")
             b = row.get("image_b") or row.get("url2")
             if not a or not b:
-                raise ValueError(f"{file}: each row needs image_a,image_b (or url1,url2)")
+                raise PhotoDataError(f"{file}: each row needs image_a,image_b (or url1,url2)")
             objects_a = [o.strip() for o in (row.get("objects_a") or "").split(";") if o.strip()]
             objects_b = [o.strip() for o in (row.get("objects_b") or "").split(";") if o.strip()]
             kind = (row.get("kind") or ("same" if a == b else "different")).strip()

@@ -221,6 +221,30 @@ def test_clevr_loader_ranks_by_shared_objects(tmp_path: Path) -> None:
     assert {c["id"] for c in chosen} == {"CLEVR_val_1.png", "CLEVR_val_2.png"}
 
 
+@pytest.mark.parametrize(
+    ("where", "content", "says"),
+    [
+        ("docci_metadata.jsonlines", b"\xff\xfe", "not UTF-8 text, so not DOCCI metadata"),
+        ("docci_metadata.jsonlines", b'{"example_id": "a"}\n[1]\n', ", line 2: not DOCCI metadata"),
+        ("scenes/CLEVR_val_scenes.json", b"{broken", "not CLEVR scenes (Expecting"),
+        ("scenes/CLEVR_val_scenes.json", b'{"scenes": [{}]}', "not CLEVR scenes (no field"),
+        ("pairs.csv", b"image_a,image_b\n\xff,b.jpg\n", "not UTF-8 text, so not Visual Genome"),
+    ],
+)
+def test_a_damaged_dataset_file_is_named(
+    where: str, content: bytes, says: str, tmp_path: Path
+) -> None:
+    target = tmp_path / where
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(content)
+    with pytest.raises(photos.PhotoDataError) as caught:
+        if where == "pairs.csv":
+            photos.load_vg_pairs(str(target))
+        else:
+            photos.pool("docci" if "docci" in where else "clevr", str(tmp_path))
+    assert str(caught.value).startswith(str(target)) and says in str(caught.value)
+
+
 def test_visual_genome_pairs_file(tmp_path: Path) -> None:
     for name in ("a.jpg", "b.jpg", "c.jpg"):
         _jpg(tmp_path / name, (len(name), 0, 0))
