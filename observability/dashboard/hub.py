@@ -485,9 +485,11 @@ class Hub:
             return None
         if folder in self.folders:
             return self.runs.get(self.folders[folder].run)
-        meta: dict[str, Any] = {}
+        meta: Any = {}
         with contextlib.suppress(OSError, ValueError):
             meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+        if not isinstance(meta, dict):  # damaged: the folder's name stands in for the run's
+            meta = {}
         run = run or str(meta.get("run") or folder.name)
         state = self.run(run)
         state.folder = folder

@@ -217,9 +217,10 @@ async def test_damaged_lines_of_a_followed_folder_are_read_past(tmp_path: Path) 
     # Not UTF-8, JSON that is no record, a record without an outcome: between whole records.
     damaged = [b"\xff\xfe\x00", b"[1, 2]", b'{"episode": "ep-x"}']
     episodes.write_bytes(b"\n".join([*lines[:2], *damaged, *lines[2:]]) + b"\n")
+    (tmp_path / "run" / "run.json").write_text("[1]")  # JSON, but no run's description
     hub = Hub()
     state = hub.follow(tmp_path / "run")
-    assert state is not None
+    assert state is not None and state.run == "run"  # named after its folder
     assert sorted(row["episode"] for row in state.index.query()["rows"]) == sorted(
         r["episode"] for r in records
     )
