@@ -42,7 +42,7 @@ from typing import Any, Literal
 import orjson
 import yaml
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from parley import event_loop
 from parley.agents.backends import constrain
@@ -166,12 +166,38 @@ class SimConfig(_Strict):
     batch: SimBatchConfig = Field(default_factory=SimBatchConfig)
 
 
+class SimConfigError(ValueError):
+    """A stand-in server config that cannot be used (one line for the user)."""
+
+
 def load_sim_config(source: str | Path | dict[str, Any] | None) -> SimConfig:
+    """The stand-in server's config from a dict or a YAML/JSON file (None: the defaults);
+    raises :class:`SimConfigError` saying what is wrong and where."""
     if source is None:
         return SimConfig()
-    if isinstance(source, dict):
-        return SimConfig.model_validate(source)
-    return SimConfig.model_validate(yaml.safe_load(Path(source).read_text()) or {})
+    label = "config" if isinstance(source, dict) else str(source)
+    data: Any = source
+    if not isinstance(source, dict):
+        path = Path(source)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except IsADirectoryError:
+            raise SimConfigError(f"{path}: a folder, not a sim config file") from None
+        except OSError as exc:
+            raise SimConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+        except UnicodeDecodeError:
+            raise SimConfigError(f"{path}: not UTF-8 text") from None
+        except yaml.YAMLError as exc:
+            raise SimConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise SimConfigError(f"{label}: a mapping at the top level, not {type(data).__name__}")
+    try:
+        return SimConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in exc.errors()
+        )
+        raise SimConfigError(f"{label}: {problems}") from None
 
 
 def _reply_files(config: SimConfig) -> set[str]:
@@ -1025,7 +1051,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    config = load_sim_config(args.config)
+    try:
+        config = load_sim_config(args.config)
+    except SimConfigError as exc:
+        print(f"parley sim-server: --config {exc}", file=sys.stderr)
+        return 2
     latency = config.latency.model_copy(
         update={
             k: v

@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from parley.agents.backends import simserver
 from parley.agents.backends.simserver import SimServerProcess
 from parley.tokens import count_by_pattern, count_tokens
 
@@ -252,3 +253,26 @@ async def test_the_active_window_is_timed_by_the_server(sim: SimServerProcess) -
     assert sim.stats(window_from=1)["window"] is None
     with pytest.raises(ValueError, match="window_from must be a request number"):
         sim._call("/sim/stats?window_from=first")
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "a folder, not a sim config file"),
+        (b"\xff\xfe", "not UTF-8 text"),
+        (b"latency: [", "not valid YAML"),
+        (b"[1]", "a mapping at the top level, not list"),
+        (b"latency: {mean_s: -5}\n", "latency.mean_s: Extra inputs are not permitted"),
+    ],
+)
+def test_a_bad_sim_config_is_one_message(
+    content: bytes | None, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "sim.yaml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    assert simserver.main(["--config", str(path), "--port", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"parley sim-server: --config {path}: {says}"), err
