@@ -791,8 +791,22 @@ def _ensure_ca(root: Path) -> tuple[Any, Any]:
 
     key_path, cert_path = root / "ca.key", root / "ca.pem"
     if key_path.exists() and cert_path.exists():
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
-        return key, x509.load_pem_x509_certificate(cert_path.read_bytes())
+        # Never made anew over a damaged one: every certificate and client trusts this CA.
+        try:
+            key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        except (ValueError, TypeError) as exc:
+            raise SecureError(
+                f"{key_path} is not the CA's private key ({exc}): restore it from a copy, or "
+                f"start over with a new folder (its clients then need new credentials files)"
+            ) from None
+        try:
+            cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        except ValueError as exc:
+            raise SecureError(
+                f"{cert_path} is not the CA's certificate ({exc}): restore it from a copy, or "
+                f"start over with a new folder (its clients then need new credentials files)"
+            ) from None
+        return key, cert
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name(
         [
@@ -854,7 +868,13 @@ def _ensure_server_certificate(
             old = x509.load_pem_x509_certificate(cert_path.read_bytes())
             old.verify_directly_issued_by(ca_cert)
             san = old.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-            if set(san) == set(names) and old.not_valid_after_utc - now > RENEW_BEFORE:
+            # The key must be whole and the certificate's, or Mosquitto cannot start.
+            spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+            old_key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+            matches = old_key.public_key().public_bytes(*spki) == old.public_key().public_bytes(
+                *spki
+            )
+            if matches and set(san) == set(names) and old.not_valid_after_utc - now > RENEW_BEFORE:
                 if account:
                     os.chown(key_path, *account)
                 return

@@ -531,6 +531,27 @@ def test_the_folder_is_reused_and_its_secrets_are_private(folder: Path) -> None:
     assert all(p not in (folder / "passwd").read_text() for p in passwords.values())
 
 
+def test_damaged_keys_are_refused_or_reissued_never_remade_quietly(folder: Path) -> None:
+    first = create_secure_dir(folder, port=18886)
+    ca, ca_key = first.ca_path.read_bytes(), (folder / "ca.key").read_bytes()
+    server = (folder / "server.pem").read_bytes()
+    # The broker's own key damaged: its certificate is issued again, from the same CA.
+    (folder / "server.key").write_bytes(b"\xff\xfe not a key")
+    again = create_secure_dir(folder)
+    assert (folder / "server.pem").read_bytes() != server
+    assert (
+        again.ca_path.read_bytes() == ca and b"PRIVATE KEY" in (folder / "server.key").read_bytes()
+    )
+    # The CA's key or certificate damaged: refused, naming the file; nothing made anew.
+    for name in ("ca.pem", "ca.key"):
+        (folder / name).write_bytes(b"-----BEGIN damaged")
+        with pytest.raises(SecureError, match=f"{name} is not the CA's .* restore it"):
+            create_secure_dir(folder)
+        assert (folder / name).read_bytes() == b"-----BEGIN damaged"
+        (folder / name).write_bytes(ca if name == "ca.pem" else ca_key)
+    assert create_secure_dir(folder).ca_path.read_bytes() == ca
+
+
 def test_password_hashes_match_mosquitto_passwd(folder: Path) -> None:
     tool = shutil.which("mosquitto_passwd")
     require(tool is not None, "needs mosquitto_passwd (apt-get install mosquitto)")
