@@ -169,8 +169,12 @@ class RunKey:
             raise SigningError(f"cannot read the run key {path}: {exc.strerror or exc}") from None
         key = cls.from_pem(data)
         public = Path(folder) / PUBLIC_FILE
-        if not public.exists() or public.read_text(encoding="ascii").strip() != key.public_b64:
-            public.write_text(key.public_b64 + "\n", encoding="ascii")  # lost or stale
+        try:
+            kept = public.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            kept = None
+        if kept != key.public_b64:  # lost, stale or damaged: the private key says what it is
+            public.write_text(key.public_b64 + "\n", encoding="ascii")
         return key
 
     @classmethod

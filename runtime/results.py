@@ -242,7 +242,7 @@ class RunFolder(RecordedRun):
         passes (nothing to compare)."""
         try:
             saved = yaml.safe_load((self.path / "config.yaml").read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
             return
         if not isinstance(saved, dict):
             return

@@ -409,6 +409,20 @@ async def test_damaged_record_lines_are_read_past_and_kept_aside_on_resume(
     assert (out / results.DAMAGED_FILE).read_bytes().splitlines() == damaged  # nothing lost
 
 
+async def test_a_damaged_public_key_or_config_copy_does_not_stop_a_resume(tmp_path: Path) -> None:
+    config = load_config(wire_config(3))
+    out = tmp_path / "run"
+    first = await run_experiment(config, out)
+    public = (out / "run.pub").read_text()
+    (out / "run.pub").write_bytes(b"\xff\xfe not base64")
+    (out / "config.yaml").write_bytes(b"\xff\xfe not yaml")
+
+    resumed = await run_experiment(config, out, resume=True)
+
+    assert resumed.progress.done == 0 and resumed.run_id == first.run_id
+    assert (out / "run.pub").read_text() == public  # written again from the private key
+
+
 async def test_torn_images_run_json_and_transcript_are_repaired_on_resume(tmp_path: Path) -> None:
     config = load_config(wire_config(6))
     out = tmp_path / "run"
