@@ -26,6 +26,8 @@ from typing import Any
 
 import orjson
 
+log = logging.getLogger(__name__)
+
 # The shape of what a run folder holds: every ``episodes.jsonl`` record carries it as
 # ``schema_version``, and ``run.json`` as ``schema_version`` too. 1 (no version key): the main
 # score was ``scores["main"]`` and there was no reason code; 2: ``main_score``, ``reason_code``
@@ -34,7 +36,6 @@ import orjson
 # record; transcript lines are bus messages, versioned by the bus codec's ``v``.
 SCHEMA_VERSION = 2
 RECORD_SCHEMA = SCHEMA_VERSION  # its name before records carried ``schema_version``
-log = logging.getLogger(__name__)
 
 # Outcomes of an episode that is done with: a resumed run skips them.
 FINISHED = ("success", "lost", "aborted", "error")
@@ -180,12 +181,9 @@ def parse_message(line: bytes | str) -> dict[str, Any] | None:
 def parse_record(line: bytes) -> dict[str, Any] | None:
     """The episode record on a line of ``episodes.jsonl`` (not upgraded), or None for a line
     that holds none: not JSON, not UTF-8, or no ``episode`` or ``outcome``."""
-    try:
-        record = loads(line)
-    except ValueError:  # not JSON, or not UTF-8
-        return None
+    record = parse_message(line)
     if (
-        not isinstance(record, dict)
+        record is None
         or not isinstance(record.get("episode"), str)
         or not isinstance(record.get("outcome"), str)
     ):
