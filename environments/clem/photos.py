@@ -25,14 +25,13 @@ from __future__ import annotations
 import csv
 import json
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from parley.environments.clem import images, rooms, scenes
 from parley.environments.clem.common import an
+from parley.environments.data_files import reading
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 
@@ -43,27 +42,6 @@ object categories), ``stimulus`` (what is shown; a ``photo`` or a synthetic ``sc
 
 class PhotoDataError(ValueError):
     """A dataset file that is not in its dataset's format (one line for the user)."""
-
-
-class _Where:
-    line: int | None = None
-
-
-@contextmanager
-def _read_as(path: Path, kind: str) -> Iterator[_Where]:
-    """Turn what a damaged ``kind`` file raises while read in the block into a
-    :class:`PhotoDataError` naming the file (and the line, where the block sets it)."""
-    where = _Where()
-    try:
-        yield where
-    except PhotoDataError:
-        raise
-    except UnicodeDecodeError:
-        raise PhotoDataError(f"{path}: not UTF-8 text, so not {kind}") from None
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
-        at = f", line {where.line}" if where.line is not None else ""
-        why = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise PhotoDataError(f"{path}{at}: not {kind} ({why})") from None
 
 
 def _photo(path: Path, facts: list[str]) -> dict[str, Any]:
@@ -105,7 +83,7 @@ def load_docci(root: str) -> tuple[Item, ...]:
     base = Path(root)
     meta = base / "docci_metadata.jsonlines"
     items = []
-    with _read_as(meta, "DOCCI metadata") as where:
+    with reading(meta, "DOCCI metadata", PhotoDataError) as where:
         for where.line, line in enumerate(meta.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
                 continue
@@ -136,7 +114,7 @@ def load_clevr(root: str) -> tuple[Item, ...]:
     items = []
     for scene_file in sorted((base / "scenes").glob("CLEVR_*_scenes.json")):
         split = scene_file.stem.split("_")[1]
-        with _read_as(scene_file, "CLEVR scenes"):
+        with reading(scene_file, "CLEVR scenes", PhotoDataError):
             for scene in json.loads(scene_file.read_text(encoding="utf-8"))["scenes"]:
                 image = base / "images" / split / scene["image_filename"]
                 if not image.exists():
@@ -162,7 +140,10 @@ def load_vg_pairs(file: str) -> list[dict[str, Any]]:
     """Visual Genome image pairs for MatchIt (see the module docstring for the columns)."""
     path = Path(file)
     pairs = []
-    with _read_as(path, "Visual Genome pairs"), path.open(newline="", encoding="utf-8") as handle:
+    with (
+        reading(path, "Visual Genome pairs", PhotoDataError),
+        path.open(newline="", encoding="utf-8") as handle,
+    ):
         for row in csv.DictReader(handle):
             a = row.get("image_a") or row.get("url1")
             b = row.get("image_b") or row.get("url2")

@@ -32,6 +32,8 @@ from typing import Any, Literal
 
 import networkx as nx
 
+from parley.environments.data_files import reading
+
 NEVER = 9999
 Kind = Literal["df", "rf"]
 Label = Literal["easy", "hard"]
@@ -264,29 +266,17 @@ def _questions(path: Path, parse: Callable[[dict[str, Any]], Question]) -> list[
     """The questions of a JSONL file; :class:`MangoDataError` names the file and line of one
     that is not a question."""
     questions = []
-    number = 0  # of the line being read, for the error
-    try:
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                number += 1
-                if line.strip():
-                    questions.append(parse(json.loads(line)))
-    except UnicodeDecodeError:
-        raise MangoDataError(f"{path}: not UTF-8 text") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        why = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise MangoDataError(f"{path}, line {number}: not a MANGO question ({why})") from None
+    with reading(path, "a MANGO question", MangoDataError) as where, path.open("rb") as f:
+        for where.line, line in enumerate(f, 1):
+            if line.strip():
+                questions.append(parse(json.loads(line)))
     return questions
 
 
 def _read(path: Path, parse: Callable[[str], Any]) -> Any:
     """``parse`` of a file's text; :class:`MangoDataError` names the file it fails on."""
-    try:
+    with reading(path, "in the MANGO format", MangoDataError):
         return parse(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise MangoDataError(f"{path}: not UTF-8 text") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise MangoDataError(f"{path}: not in the MANGO format ({exc})") from None
 
 
 def df_question(q: dict[str, Any]) -> Question:
