@@ -582,7 +582,7 @@ def _cmd_traces(args: argparse.Namespace) -> int:
     if not trace_files(args.run):
         console.print(f"[red]{args.run} holds no traces (no traces.jsonl or OTLP JSON files)[/]")
         return 2
-    headers = dict(h.partition("=")[::2] for h in args.header)
+    headers = dict(args.header)
     try:
         requests, spans = asyncio.run(
             export(args.run, args.otlp, protocol=args.protocol, headers=headers)
@@ -702,6 +702,13 @@ def _seconds(value: str) -> float:
     if not 0 < number < float("inf"):
         raise argparse.ArgumentTypeError(f"expected a number of seconds above 0, got {value!r}")
     return number
+
+
+def _header(value: str) -> tuple[str, str]:
+    name, equals, text = value.partition("=")
+    if not equals or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {value!r}")
+    return name.strip(), text
 
 
 def _port(value: str) -> int:
@@ -956,7 +963,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--protocol", choices=("http/protobuf", "http/json"), default="http/protobuf"
     )
     traces_export.add_argument(
-        "--header", action="append", default=[], metavar="K=V", help="HTTP header to send"
+        "--header",
+        action="append",
+        default=[],
+        type=_header,
+        metavar="K=V",
+        help="HTTP header to send",
     )
     traces_export.set_defaults(fn=_cmd_traces)
 

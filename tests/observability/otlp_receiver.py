@@ -4,8 +4,8 @@
 
 Accepts ``POST /v1/traces`` in protobuf (``application/x-protobuf``, decoded with
 opentelemetry-proto) or JSON (``application/json``), and appends one line per span it got to
-``OUT.jsonl``: ``{"content_type", "trace_id", "span_id", "parent_id", "name", "attributes"}``
-(ids as hex, attribute values plain). Prints ``listening PORT`` once it accepts requests.
+``OUT.jsonl``: ``{"content_type", "authorization", "trace_id", "span_id", "parent_id", "name",
+"attributes"}`` (ids as hex, attribute values plain; the request's Authorization header). Prints ``listening PORT`` once it accepts requests.
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def main() -> None:
     async def traces(request: web.Request) -> web.Response:
         body = await request.read()
         content_type = request.headers.get("Content-Type", "")
+        authorization = request.headers.get("Authorization")
         if content_type.startswith("application/json"):
             spans = spans_of(json.loads(body), "hex")
             reply = web.json_response({})
@@ -79,7 +80,8 @@ def main() -> None:
             )
         with out.open("a", encoding="utf-8") as f:
             for span in spans:
-                f.write(json.dumps({"content_type": content_type, **span}) + "\n")
+                said = {"content_type": content_type, "authorization": authorization}
+                f.write(json.dumps({**said, **span}) + "\n")
         return reply
 
     app = web.Application(client_max_size=256 * 1024 * 1024)

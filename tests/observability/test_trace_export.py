@@ -106,12 +106,14 @@ def test_a_finished_run_replays_to_an_otlp_receiver(
     run = tmp_path / "run"
     scripted_run(run)
     written = read_spans(run)
-    code = main(["traces", "export", str(run), "--otlp", receiver.url, "--protocol", protocol])
+    export = ["traces", "export", str(run), "--otlp", receiver.url, "--protocol", protocol]
+    code = main([*export, "--header", "Authorization=Bearer k=v"])
     assert code == 0, capsys.readouterr()
     got = receiver.spans()
     assert {g["content_type"].split(";")[0] for g in got} == {
         "application/x-protobuf" if protocol == "http/protobuf" else "application/json"
     }
+    assert {g["authorization"] for g in got} == {"Bearer k=v"}  # split at the first '=' only
     key = ("trace_id", "span_id", "parent_id", "name")
     assert sorted(tuple(g[k] for k in key) for g in got) == sorted(
         tuple(s[k] for k in key) for s in written
@@ -153,6 +155,10 @@ def test_export_to_nowhere_is_one_line(tmp_path: Path, capsys: pytest.CaptureFix
     said = " ".join(capsys.readouterr().err.split())
     assert "collector:4318 is not an OTLP/HTTP endpoint: give http(s)://host:port" in said
     assert main(["traces", "export", str(tmp_path / "nothing"), "--otlp", "http://x"]) == 2
+    with pytest.raises(SystemExit) as refused:  # a header without its '=': the parser's error
+        main(["traces", "export", str(tmp_path / "run"), "--otlp", "http://x", "--header", "k"])
+    assert refused.value.code == 2
+    assert "--header: expected NAME=VALUE, got 'k'" in capsys.readouterr().err
 
 
 def test_leaks_and_errors_read_an_exported_trace_set(
