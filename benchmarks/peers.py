@@ -585,6 +585,36 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 CLEM_VARIANTS = {"clem-run": "clem run, count", "loop-only": "clemcore loop only"}
 
+# Issue 20's targets among this benchmark's lines: measure -> (its peer, the advantage needed).
+# The per-turn target compares like for like: the counting game against ``clem run``'s.
+TARGETS = {
+    "N=200 requests_per_s": ("Inspect AI", 1.0),
+    "N=1,000 requests_per_s": ("Inspect AI", 1.5),
+    "N=2,000 requests_per_s": ("Inspect AI", 1.5),
+    "long bench.count us_per_turn": (CLEM_VARIANTS["clem-run"], 1.0),
+}
+
+
+def against_targets(summary: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each of issue 20's targets this run measured: the advantage it needs, the one measured,
+    and whether it is met (a line without a figure is not)."""
+    out = []
+    for line in summary:
+        peer, needs = TARGETS.get(line["measure"], (None, 0.0))
+        if peer is None or line["peer"] != peer:
+            continue
+        got = line["advantage"]
+        out.append(
+            {
+                "measure": line["measure"],
+                "peer": peer,
+                "needs": needs,
+                "advantage": got,
+                "met": got is not None and got >= needs,
+            }
+        )
+    return out
+
 
 def _count_first(game: str) -> tuple[bool, str]:
     return (game != "bench.count", game)
@@ -624,6 +654,19 @@ def print_table(summary: list[dict[str, Any]]) -> None:
             "—" if line["advantage"] is None else f"{line['advantage']:.2f}×",
         )
     Console().print(table)
+    targets = Table(title="issue 20's targets (advantage needed against the peer)")
+    for column in ("measure", "peer", "needs", "advantage", "met"):
+        targets.add_column(column, justify="left" if column in ("measure", "peer") else "right")
+    for target in against_targets(summary):
+        got = target["advantage"]
+        targets.add_row(
+            target["measure"],
+            target["peer"],
+            f"{target['needs']:.1f}×",
+            "—" if got is None else f"{got:.2f}×",
+            "yes" if target["met"] else "no",
+        )
+    Console().print(targets)
 
 
 def _fmt(value: float | None, span: list[float] | None) -> str:
@@ -680,6 +723,7 @@ def main() -> int:
         "pins": PINS,
         "latency_s": args.latency,
         "summary": summary,
+        "targets": against_targets(summary),
         "runs": rows,
     }
     args.json.write_text(json.dumps(payload, indent=2) + "\n")
