@@ -523,7 +523,7 @@ def load_config(
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else "not UTF-8 text"
             raise ConfigError([("config", str(path), f"cannot be read: {reason}")]) from None
         try:
             data = yaml.safe_load(text) or {}

@@ -234,7 +234,7 @@ def read_instances(path: str | Path) -> list[dict[str, Any]]:
     except UnicodeDecodeError:
         raise InstancesFileError("not UTF-8 text") from None
     except OSError as exc:
-        raise InstancesFileError(f"cannot be read: {exc.strerror}") from None
+        raise InstancesFileError(f"cannot be read: {exc.strerror or exc}") from None
     instances = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():

@@ -184,7 +184,7 @@ def load_sim_config(source: str | Path | dict[str, Any] | None) -> SimConfig:
         except IsADirectoryError:
             raise SimConfigError(f"{path}: a folder, not a sim config file") from None
         except OSError as exc:
-            raise SimConfigError(f"{path}: cannot be read ({exc.strerror})") from None
+            raise SimConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
         except UnicodeDecodeError:
             raise SimConfigError(f"{path}: not UTF-8 text") from None
         except yaml.YAMLError as exc:
