@@ -645,7 +645,7 @@ def _cmd_errors(args: argparse.Namespace) -> int:
     source = Path(args.models) if args.models else run / "config.yaml"
     try:
         loaded = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         console.print(
             f"[red]--models {source}: cannot read it ({exc})[/]", highlight=False, soft_wrap=True
         )

@@ -187,6 +187,10 @@ def test_judging_with_a_launch_only_model_is_one_line(run_folder: Path, tmp_path
     models.write_text(yaml.safe_dump({"models": {"bad": {"model": 3, "backend": "other"}}}))
     bad = parley("errors", str(run_folder), "--judge", "bad", "--models", str(models))
     _refused(bad, 2, "model bad", "backend")
+    # A models file that is not text: one message too.
+    models.write_bytes(b"models: \xff\xfe")
+    unreadable = parley("errors", str(run_folder), "--judge", "bad", "--models", str(models))
+    _refused(unreadable, 2, "--models", "cannot read it")
 
 
 def test_games_piped_are_whole_tab_separated_lines() -> None:
