@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import time
 import traceback
 from dataclasses import dataclass
@@ -111,6 +112,10 @@ class RunFolder(RecordedRun):
         # The run's key (set by prepare): what the run's processes sign their results with.
         self.key: RunKey | None = None
         self._lock: IO[str] | None = None
+        # Set by prepare for a new run (not a resume): the names the folder held before, and
+        # whether prepare made the folder. What discard_if_unplayed leaves alone.
+        self._before: set[str] | None = None
+        self._made_folder = False
 
     @classmethod
     def prepare(
@@ -131,6 +136,11 @@ class RunFolder(RecordedRun):
         folder was made by (its ``config.yaml``)."""
         folder = cls(path)
         meta_file = folder.path / "run.json"
+        existed = folder.path.is_dir()
+        try:
+            before: set[str] | None = {p.name for p in folder.path.iterdir()} if existed else set()
+        except OSError:  # unreadable: said below, where the folder is written
+            before = None
         if lock:
             try:
                 folder.path.mkdir(parents=True, exist_ok=True)
@@ -141,13 +151,42 @@ class RunFolder(RecordedRun):
         try:
             if lock:
                 folder.lock()
-            return folder._prepare(config, meta_file, resume, planned, same_config)
+            new = not meta_file.exists()
+            folder._prepare(config, meta_file, resume, planned, same_config)
+            if new and before is not None:
+                folder._before, folder._made_folder = before, not existed
+            return folder
         except OSError as exc:  # a full disk before the first record: said as a later one is
             folder.unlock()
             raise RecordingFailed.of(folder.path, exc) from exc
         except BaseException:
             folder.unlock()
             raise
+
+    def discard_if_unplayed(self) -> bool:
+        """Remove what this run put into a new folder when it ended before any episode was
+        recorded (a memory store, the broker or a model pool that could not be opened), so that
+        the same command can simply be run again. A resumed folder, one with a record or a
+        transcript line, and whatever the folder held before stay. True when they are gone."""
+        if self._before is None:
+            return False
+        try:
+            if any(f.exists() and f.stat().st_size for f in (self.episodes, self.transcripts)):
+                return False
+            for path in self.path.iterdir():
+                if path.name in self._before:
+                    continue
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+            if self._made_folder:
+                self.path.rmdir()  # only when nothing else is left in it
+        except OSError:
+            return False
+        finally:
+            self._before = None
+        return True
 
     def lock(self) -> None:
         """Take the folder's lock, or raise :class:`RunFolderError` naming the process that

@@ -583,6 +583,11 @@ async def run_experiment(
         return await _run_in_folder(
             config, folder, specs, bus_url, concurrency, on_start, on_result, retry_errors
         )
+    except BaseException:
+        # A run that could not start (a memory store, a broker, a model pool …) leaves no
+        # folder behind that a second try would have to --resume.
+        folder.discard_if_unplayed()
+        raise
     finally:
         folder.unlock()
 
@@ -613,6 +618,9 @@ async def _run_in_folder(
     messages = config.tracing.messages
     if messages == "auto":
         messages = url.startswith("mqtt")
+    # Opened before the first episode, and before any thread or file of the run's is started:
+    # a memory file of another schema, or one that cannot be opened, stops the run here.
+    store = open_memory_store(config, folder.path, specs)
     tracing = Tracing(
         folder.path,
         enabled=config.tracing.enabled,
@@ -626,8 +634,7 @@ async def _run_in_folder(
     writer.start()
     options = episode_options(config, run_id)
     options.signer = folder.key  # the run's results are signed with the folder's key
-    # Opened before the first episode: a memory file of another schema stops the run here.
-    options.memory_store = open_memory_store(config, folder.path, specs)
+    options.memory_store = store
     scheduler: Scheduler | WorkerScheduler | RemoteScheduler
     # With tracing on: publish spans, and a traceparent on every message. In worker mode the
     # parent's bus carries its run status (the workers play on buses of their own).

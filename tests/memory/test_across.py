@@ -134,8 +134,22 @@ def test_a_store_that_cannot_be_used_is_one_message_and_left_as_it_was(
     said = " ".join((printed.out + printed.err).split())
     assert code == 1 and "Traceback" not in said, said
     assert f"the memory store {damaged} cannot be used" in said
-    episodes = tmp_path / "run" / "episodes.jsonl"
-    assert not episodes.exists() or not episodes.read_bytes()  # no episode played without it
+    # No episode played without it, and no folder left that a second try would have to
+    # --resume: the same command runs once the store is mended.
+    assert not (tmp_path / "run").exists()
+    ours = tmp_path / "ours"  # a folder with the user's own things in it keeps them
+    ours.mkdir()
+    (ours / "notes.txt").write_text("mine")
+    os.environ["PARLEY_PLUGINS"] = PLUGIN
+    try:
+        assert main(["run", str(path), "--out", str(ours), "--quiet"]) == 1
+        assert sorted(p.name for p in ours.iterdir()) == ["notes.txt"]
+        damaged.unlink()
+        code = main(["run", str(path), "--out", str(tmp_path / "run"), "--quiet"])
+    finally:
+        del os.environ["PARLEY_PLUGINS"]
+    assert code == 0, capsys.readouterr()
+    assert len(RecordedRun(tmp_path / "run").records()) == 2
 
 
 def _newer_schema(path: Path) -> Path:
