@@ -634,23 +634,23 @@ def _cmd_errors(args: argparse.Namespace) -> int:
     print(errors_text(run, args.limit))
     if not args.judge:
         return 0
-    import yaml
     from pydantic import ValidationError
 
     from parley.agents.backends.client import ModelUnavailable
     from parley.agents.backends.spec import ModelSpec
     from parley.observability.judge import judge_run, write_verdicts
     from parley.runtime.reports.analysis import judge_text
+    from parley.yaml_files import YamlFileError, read_mapping
 
     source = Path(args.models) if args.models else run / "config.yaml"
     try:
-        loaded = yaml.safe_load(source.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        loaded = read_mapping(source)
+    except YamlFileError as exc:
         console.print(
-            f"[red]--models {source}: cannot read it ({exc})[/]", highlight=False, soft_wrap=True
+            f"--models {source}: {exc}", style="red", markup=False, highlight=False, soft_wrap=True
         )
         return 2
-    registry = (loaded.get("models") if isinstance(loaded, dict) else None) or {}
+    registry = loaded.get("models") or {}
     if args.judge not in registry:
         console.print(f"[red]no model {args.judge!r} in the models of {source}[/]")
         return 2

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from parley.agents.backends.spec import ModelSpec
+from parley.yaml_files import YamlFileError, read_mapping
 
 BUILTIN_PLAYERS = ("scripted", "random", "human")
 # Short forms of built-in players with a setting: ``human-browser`` is a person at a dashboard seat.
@@ -514,25 +515,11 @@ def load_config(
     if isinstance(source, dict):
         data = source
     else:
-        path = Path(source)
-        label = str(path)
-        if not path.exists():
-            raise ConfigError([("config", str(path), "no such file")])
-        if path.is_dir():
-            raise ConfigError([("config", str(path), "a folder: name the config file in it")])
+        label = str(source)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = (exc.strerror or str(exc)) if isinstance(exc, OSError) else "not UTF-8 text"
-            raise ConfigError([("config", str(path), f"cannot be read: {reason}")]) from None
-        try:
-            data = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError([("config", str(path), f"not valid YAML: {exc}")]) from None
-        if not isinstance(data, dict):
-            raise ConfigError(
-                [("config", type(data).__name__, "a YAML mapping at the top level")], label
-            )
+            data = read_mapping(source)
+        except YamlFileError as exc:
+            raise ConfigError([("config", label, str(exc))]) from None
     data = apply_overrides(data, overrides or [])
     try:
         return ExperimentConfig.model_validate(data)

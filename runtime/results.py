@@ -37,6 +37,7 @@ from parley.records import upgrade as upgrade
 from parley.runtime import provenance
 from parley.runtime.config import ConfigError, ExperimentConfig, redacted
 from parley.runtime.episode import EpisodeResult
+from parley.yaml_files import YamlFileError, read_mapping
 
 log = logging.getLogger("parley.runtime.results")
 # An image part in a transcript line names its image by hash.
@@ -280,10 +281,8 @@ class RunFolder(RecordedRun):
         change between a run and its resumption. A folder without a readable ``config.yaml``
         passes (nothing to compare)."""
         try:
-            saved = yaml.safe_load((self.path / "config.yaml").read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            return
-        if not isinstance(saved, dict):
+            saved = read_mapping(self.path / "config.yaml")
+        except YamlFileError:
             return
         differences = config_differences(saved, redacted(config))
         if differences:

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import yaml
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -51,6 +50,7 @@ from parley.agents.backends.spec import is_reasoning_name
 from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.records import loads
 from parley.tokens import count_tokens
+from parley.yaml_files import YamlFileError, read_mapping
 
 IMAGE_TOKENS = 85  # what one image counts for in the reported usage
 MAX_ARRIVALS = 1_000_000  # request arrival times kept since a reset (for /sim/stats)
@@ -176,21 +176,10 @@ def load_sim_config(source: str | Path | dict[str, Any] | None) -> SimConfig:
     if source is None:
         return SimConfig()
     label = "config" if isinstance(source, dict) else str(source)
-    data: Any = source
-    if not isinstance(source, dict):
-        path = Path(source)
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except IsADirectoryError:
-            raise SimConfigError(f"{path}: a folder, not a sim config file") from None
-        except OSError as exc:
-            raise SimConfigError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-        except UnicodeDecodeError:
-            raise SimConfigError(f"{path}: not UTF-8 text") from None
-        except yaml.YAMLError as exc:
-            raise SimConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise SimConfigError(f"{label}: a mapping at the top level, not {type(data).__name__}")
+    try:
+        data = source if isinstance(source, dict) else read_mapping(source)
+    except YamlFileError as exc:
+        raise SimConfigError(f"{label}: {exc}") from None
     try:
         return SimConfig.model_validate(data)
     except ValidationError as exc:

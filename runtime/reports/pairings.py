@@ -11,13 +11,12 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from parley.agents.backends.batch import PRICE_FACTOR as BATCH_PRICE_FACTOR
 from parley.agents.backends.spec import PriceSpec
 from parley.records import main_score
 from parley.runtime.report import fmt, markdown_table, mean
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
+from parley.yaml_files import YamlFileError, read_mapping
 
 
 def _metrics(records: list[dict[str, Any]]) -> list[str]:
@@ -87,10 +86,11 @@ def pairing_tables(records: list[dict[str, Any]]) -> str:
 def _prices(run_dir: Path) -> dict[str, dict[str, Any]]:
     """Model name → price entry, from the run's resolved config."""
     try:
-        config = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        models = read_mapping(run_dir / "config.yaml").get("models")
+    except YamlFileError:  # the folder's config is not needed for the rest of the report
         return {}
-    models = config.get("models") or {}
+    if not isinstance(models, dict):
+        return {}
     return {
         name: m["price"] for name, m in models.items() if isinstance(m, dict) and m.get("price")
     }

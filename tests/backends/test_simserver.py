@@ -258,10 +258,10 @@ async def test_the_active_window_is_timed_by_the_server(sim: SimServerProcess) -
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        (None, "a folder, not a sim config file"),
-        (b"\xff\xfe", "not UTF-8 text"),
+        (None, "a folder: name the file in it"),
+        (b"\xff\xfe", "cannot be read: not UTF-8 text"),
         (b"latency: [", "not valid YAML"),
-        (b"[1]", "a mapping at the top level, not list"),
+        (b"[1]", "a YAML mapping at the top level, not list"),
         (b"latency: {mean_s: -5}\n", "latency.mean_s: Extra inputs are not permitted"),
     ],
 )

@@ -207,3 +207,35 @@ def test_clem_table1_carries_wilson_and_bootstrap_intervals() -> None:
     played, quality = (75.0 + 200 / 3) / 2, (50.0 + 90.0) / 2
     assert estimate == pytest.approx(played / 100 * quality, abs=0.005)
     assert low <= estimate <= high
+
+
+def _priced_record() -> dict[str, Any]:
+    return {
+        "episode": "e0",
+        "outcome": "success",
+        "pairing": {"solver": "m"},
+        "spec": {"players": {"solver": {"kind": "llm"}}},
+        "tokens": {"solver": {"input": 1_000_000, "output": 0}},
+        "model_calls": {"solver": {"requests": 1, "attempts": 1, "call_s": 0.5}},
+    }
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"models: \xff\xfe\n", b"models: [\n", b"- a list\n", b"models: [m]\n", None],
+)
+def test_the_usage_table_prices_from_a_readable_config_and_goes_on_without_one(
+    damage: bytes | None, tmp_path: Any
+) -> None:
+    from parley.runtime.reports.pairings import usage_table
+
+    price = {"input_per_mtok": 2.0, "output_per_mtok": 8.0}
+    (tmp_path / "config.yaml").write_text(f"models:\n  m:\n    price: {price}\n")
+    priced = usage_table([_priced_record()], tmp_path)
+    assert "2.0000 USD" in priced  # a million input tokens at 2 a million
+    if damage is None:
+        (tmp_path / "config.yaml").unlink()
+    else:
+        (tmp_path / "config.yaml").write_bytes(damage)
+    unpriced = usage_table([_priced_record()], tmp_path)
+    assert "| m | 1 | 1 |" in unpriced and "USD" not in unpriced and "| cost |" not in unpriced

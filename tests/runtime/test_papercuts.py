@@ -89,7 +89,7 @@ def test_an_out_folder_that_cannot_be_made_is_one_message(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda path: path.mkdir(), "a folder: name the config file in it"),
+        (lambda path: path.mkdir(), "a folder: name the file in it"),
         (lambda path: path.write_bytes(b"name: \xff\xfe\n"), "cannot be read: not UTF-8 text"),
         (lambda path: path.write_text("name: [x"), "not valid YAML"),
     ],
@@ -190,7 +190,7 @@ def test_judging_with_a_launch_only_model_is_one_line(run_folder: Path, tmp_path
     # A models file that is not text: one message too.
     models.write_bytes(b"models: \xff\xfe")
     unreadable = parley("errors", str(run_folder), "--judge", "bad", "--models", str(models))
-    _refused(unreadable, 2, "--models", "cannot read it")
+    _refused(unreadable, 2, "--models", "cannot be read: not UTF-8 text")
 
 
 def test_games_piped_are_whole_tab_separated_lines() -> None:
