@@ -156,10 +156,12 @@ def read_records(
         check_schema(record, file.parent)
         latest[record["episode"]] = record
     if damaged:
+        first = parse_message(damaged[0])
         log.warning(
-            "%s: skipped %d damaged lines that are no episode's record (the first begins %r)",
+            "%s: skipped %d damaged lines that are no episode's record (the first, %s, begins %r)",
             file,
             len(damaged),
+            "not JSON" if first is None else record_problem(first),
             damaged[0][:60],
         )
         if unreadable is not None:
@@ -167,26 +169,123 @@ def read_records(
     return [upgrade(record) for record in latest.values()]
 
 
+def _parts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(part, dict) for part in value)
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+# The fields of a transcript message its readers rely on, and their shapes (None allowed).
+_MESSAGE_SHAPES: dict[str, Any] = {
+    "kind": _text,
+    "episode": _text,
+    "turn": lambda v: type(v) is int,
+    "content": _parts,
+    "role": _text,
+    "from_role": _text,
+    "to_role": _text,
+    "event": _text,
+}
+
+
 def parse_message(line: bytes | str) -> dict[str, Any] | None:
     """The message on a line of a transcript, as JSON, or None for a line that holds none (torn
-    by a crash, damaged: not JSON, not UTF-8, not an object). Readers skip those: the rest of
-    the transcript still reads."""
+    by a crash, damaged: not JSON, not UTF-8, not an object, or a field its readers use of the
+    wrong type). Readers skip those: the rest of the transcript still reads."""
     try:
         message = loads(line)
     except ValueError:
         return None
-    return message if isinstance(message, dict) else None
+    if not isinstance(message, dict):
+        return None
+    for field, fits in _MESSAGE_SHAPES.items():
+        value = message.get(field)
+        if value is not None and not fits(value):
+            return None
+    return message
+
+
+def _number(value: Any) -> bool:
+    return type(value) in (int, float)
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _text_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+
+
+def _numbers(value: Any) -> bool:
+    return isinstance(value, dict) and all(v is None or _number(v) for v in value.values())
+
+
+def _counts_by_role(value: Any) -> bool:
+    return isinstance(value, dict) and all(_numbers(v) for v in value.values())
+
+
+def _byte_range(value: Any) -> bool:
+    return isinstance(value, dict) and _count(value.get("offset")) and _count(value.get("length"))
+
+
+def _spec(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("players", {}), dict)
+
+
+# What the readers of a record rely on (reports, exports, analyses, the dashboard, resume):
+# each field a record must have, and the shape of each it may have (None allowed where the
+# runtime writes None). A record of another shape is damaged, as a line that is not JSON is.
+_REQUIRED = {"episode": str, "outcome": str, "game": str}
+_SHAPES: dict[str, Any] = {
+    "seed": lambda v: type(v) is int,
+    "pairing": _text_map,
+    "turns": _count,
+    "repetition": lambda v: type(v) is int,
+    "spec": _spec,
+    "scores": _numbers,
+    "main_score": _number,
+    "role_results": lambda v: isinstance(v, dict),
+    "reason": lambda v: isinstance(v, str),
+    "reason_code": lambda v: isinstance(v, str),
+    "started_at": _number,
+    "finished_at": _number,
+    "duration_s": _number,
+    "model_time_s": _number,
+    "tokens": _counts_by_role,
+    "token_source": _text_map,
+    "model_calls": lambda v: isinstance(v, dict),
+    "private_facts": lambda v: isinstance(v, dict) and all(isinstance(f, dict) for f in v.values()),
+    "transcript": _byte_range,
+}
+_MUST = ("seed", "pairing", "turns")
+
+
+def record_problem(record: Any) -> str | None:
+    """What makes ``record`` no episode's record, in a few words, or None when it is one."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for field, kind in _REQUIRED.items():
+        if not isinstance(record.get(field), kind):
+            return f"no {field}" if field not in record else f"{field} is not {kind.__name__}"
+    for field in _MUST:
+        if field not in record:
+            return f"no {field}"
+    for field, fits in _SHAPES.items():
+        value = record.get(field)
+        if value is not None and not fits(value):
+            return f"{field} of the wrong shape ({type(value).__name__})"
+    return None
 
 
 def parse_record(line: bytes) -> dict[str, Any] | None:
     """The episode record on a line of ``episodes.jsonl`` (not upgraded), or None for a line
-    that holds none: not JSON, not UTF-8, or no ``episode`` or ``outcome``."""
+    that holds none: not JSON, not UTF-8, or not the shape a record has
+    (:func:`record_problem`: a field missing, a number where a mapping goes …)."""
     record = parse_message(line)
-    if (
-        record is None
-        or not isinstance(record.get("episode"), str)
-        or not isinstance(record.get("outcome"), str)
-    ):
+    if record is None or record_problem(record) is not None:
         return None
     return record
 

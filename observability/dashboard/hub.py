@@ -130,6 +130,7 @@ class Followed:
     path: Path
     offset: int = 0
     run: str = ""
+    failed: bool = False  # a record of it could not be shown (said once)
 
 
 class RunState:
@@ -516,7 +517,7 @@ class Hub:
     def poll_folders(self) -> None:
         """Read what was appended to the followed folders' ``episodes.jsonl`` since last time."""
         for followed in list(self.folders.values()):
-            self.poll_folder(followed)
+            self.poll_folder(followed)  # never raises: one folder never holds up the others
 
     def poll_folder(self, followed: Followed) -> int:
         """New complete records of one folder, at most :data:`READ_CHUNK` bytes of them."""
@@ -540,7 +541,19 @@ class Hub:
             record = parse_record(line)
             if record is None:  # a damaged line (parley.records warns of it when read whole)
                 continue
-            self._recorded(state, upgrade(record), offset)
+            try:
+                self._recorded(state, upgrade(record), offset)
+            except Exception as exc:  # shown without it; the folder goes on being read
+                if not followed.failed:
+                    followed.failed = True
+                    log.warning(
+                        "dashboard: %s: the record at byte %d is not shown (%s: %s)",
+                        path,
+                        offset,
+                        type(exc).__name__,
+                        exc,
+                    )
+                continue
             count += 1
         followed.offset += end + 1
         if count:
@@ -589,9 +602,12 @@ class Hub:
         where = record.get("transcript")
         if not where:
             return []
-        with (folder / "transcripts.jsonl").open("rb") as f:
-            f.seek(int(where["offset"]))
-            lines = f.read(int(where["length"])).splitlines()
+        try:
+            with (folder / "transcripts.jsonl").open("rb") as f:
+                f.seek(int(where["offset"]))
+                lines = f.read(int(where["length"])).splitlines()
+        except OSError:  # gone, or not a file: the episode shows without its messages
+            return []
         messages = []
         for line in lines:
             message = parse_message(line)
@@ -605,15 +621,18 @@ class Hub:
         row = state.index.get(episode) if state else None
         if state is None or row is None or row.offset is None or state.folder is None:
             return None
-        with (state.folder / "episodes.jsonl").open("rb") as f:
-            f.seek(row.offset)
-            record = parse_record(f.readline())
+        try:
+            with (state.folder / "episodes.jsonl").open("rb") as f:
+                f.seek(row.offset)
+                record = parse_record(f.readline())
+        except OSError:
+            return None
         return upgrade(record) if record is not None else None
 
     def has_image(self, sha: str) -> bool:
         """Whether :meth:`image` can serve ``sha`` now."""
         return sha in self.images or any(
-            (f.path / "images" / f"{sha}.png").exists() for f in self.folders.values()
+            (f.path / "images" / f"{sha}.png").is_file() for f in self.folders.values()
         )
 
     def image(self, sha: str) -> bytes | None:
@@ -623,8 +642,9 @@ class Hub:
             return data
         for followed in self.folders.values():
             path = followed.path / "images" / f"{sha}.png"
-            if path.exists():
-                return path.read_bytes()
+            if path.is_file():
+                with contextlib.suppress(OSError):
+                    return path.read_bytes()
         return None
 
     # --- views ------------------------------------------------------------------------------

@@ -228,6 +228,56 @@ async def test_damaged_lines_of_a_followed_folder_are_read_past(tmp_path: Path) 
     assert view is not None and view["seed"] == records[3]["seed"]
 
 
+def _folder_record(episode: str, **fields: Any) -> str:
+    record = {
+        "schema": 2,
+        "episode": episode,
+        "game": "comma.atm",
+        "seed": 0,
+        "turns": 1,
+        "pairing": {"solver": "m", "expert": "m"},
+        "outcome": "success",
+        "main_score": 100.0,
+        **fields,
+    }
+    return json.dumps(record) + "\n"
+
+
+def test_a_record_that_cannot_be_shown_holds_up_neither_its_folder_nor_another(
+    tmp_path: Path,
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for folder in (a, b):
+        folder.mkdir()
+        (folder / "run.json").write_text(json.dumps({"run": folder.name}))
+        (folder / "episodes.jsonl").write_text(_folder_record("e0"))
+    hub = Hub()
+    assert hub.follow_all(tmp_path) == 2
+    # A record of the right shape whose transcript cannot be read as one (a message's
+    # fields of the wrong types), then lines of the wrong shape, then a good record.
+    line = b'{"kind": "transcript_event", "event": "utterance", "episode": "e1", '
+    line += b'"from_role": "solver", "to_role": "expert", "turn": "x", "content": 5}\n'
+    (a / "transcripts.jsonl").write_bytes(line)
+    leaky = {"private_facts": {"solver": {"pin": "4821"}}}
+    with (a / "episodes.jsonl").open("a") as f:
+        f.write(_folder_record("e1", transcript={"offset": 0, "length": len(line)}, **leaky))
+        f.write(_folder_record("e2", pairing="solver=m"))
+        f.write(_folder_record("e3", main_score="abc"))
+        f.write(_folder_record("e4"))
+    with (b / "episodes.jsonl").open("a") as f:
+        f.write(_folder_record("e1"))
+    hub.poll_folders()
+    hub.poll_folders()
+    rows = {run: {r["episode"] for r in hub.runs[run].index.query()["rows"]} for run in "ab"}
+    assert rows["b"] == {"e0", "e1"}
+    # e1 shows (its message of the wrong shape is left out); e2 and e3 are damaged lines.
+    assert {"e0", "e1", "e4"} <= rows["a"] and not {"e2", "e3"} & rows["a"]
+    with (a / "episodes.jsonl").open("a") as f:
+        f.write(_folder_record("e5"))  # still read after all that
+    hub.poll_folders()
+    assert "e5" in {r["episode"] for r in hub.runs["a"].index.query()["rows"]}
+
+
 async def test_leak_flags_from_a_run_folder(tmp_path: Path) -> None:
     folder = tmp_path / "run"
     folder.mkdir()
@@ -246,6 +296,8 @@ async def test_leak_flags_from_a_run_folder(tmp_path: Path) -> None:
         "schema": 2,
         "episode": "e1",
         "game": "comma.atm",
+        "seed": 0,
+        "turns": 1,
         "pairing": {"solver": "m", "expert": "m"},
         "outcome": "success",
         "main_score": 100.0,

@@ -158,6 +158,13 @@ def test_readers_of_a_run_folder_read_past_damaged_lines(run_folder: Path, tmp_p
     # no message, and bytes that are not UTF-8; a line that is no record among the records.
     lines[1] = b"[" + b" " * (len(lines[1]) - 2) + b"]"
     lines[2] = b"\xff" * len(lines[2])
+    # and a message whose content is not a list of parts (every reader iterates it).
+    episode = json.loads(lines[3])["episode"]
+    wrong = json.dumps(
+        {"kind": "transcript_event", "event": "utterance", "episode": episode, "turn": 1}
+        | {"from_role": "solver", "to_role": "expert", "content": 5}
+    ).encode()
+    lines[3] = wrong[:-1] + b" " * (len(lines[3]) - len(wrong)) + b"}"
     transcripts.write_bytes(b"\n".join(lines))
     with (folder / "episodes.jsonl").open("ab") as f:
         f.write(b"\xfe\xff not a record\n")
@@ -166,6 +173,7 @@ def test_readers_of_a_run_folder_read_past_damaged_lines(run_folder: Path, tmp_p
         ["leaks", str(folder)],
         ["errors", str(folder)],
         ["export", str(folder), "--out", str(tmp_path / "tables")],
+        ["dashboard", "--export", str(folder)],
     ):
         done = parley(*command)
         assert done.returncode == 0, done.stderr
@@ -173,6 +181,67 @@ def test_readers_of_a_run_folder_read_past_damaged_lines(run_folder: Path, tmp_p
         assert "skipped 1 damaged lines" in " ".join(done.stderr.split())
     assert (folder / "report.md").stat().st_size > 0
     assert sorted(path.name for path in (tmp_path / "tables").iterdir())
+
+
+# Records of the wrong shape: each one a field of another type, or one a reader needs missing.
+WRONG_SHAPES: list[tuple[str, Any]] = [
+    ("pairing", "solver=x"),
+    ("turns", "three"),
+    ("scores", [1, 2]),
+    ("game", 7),
+    ("seed", "six"),
+    ("tokens", "lots"),
+    ("transcript", "x"),
+    ("transcript", {"offset": -5, "length": 10}),
+    ("spec", "x"),
+    ("started_at", "x"),
+    ("main_score", "abc"),
+    ("private_facts", "x"),
+    ("seed", None),  # None here: the field left out
+    ("pairing", None),
+    ("turns", None),
+]
+
+
+def test_records_of_the_wrong_shape_are_damaged_lines_to_every_reader(
+    run_folder: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "shapes"
+    shutil.copytree(run_folder, folder)
+    good = json.loads((folder / "episodes.jsonl").read_bytes().splitlines()[0])
+    with (folder / "episodes.jsonl").open("a") as f:
+        for i, (field, value) in enumerate(WRONG_SHAPES):
+            record = {**good, "episode": f"wrong-{i}"}
+            if value is None:
+                del record[field]
+            else:
+                record[field] = value
+            f.write(json.dumps(record) + "\n")
+    skipped = f"skipped {len(WRONG_SHAPES)} damaged lines"
+    for command in (
+        ["report", str(folder)],
+        ["leaks", str(folder)],
+        ["errors", str(folder)],
+        ["export", str(folder), "--out", str(tmp_path / "tables")],
+        ["dashboard", "--export", str(folder)],
+    ):
+        done = parley(*command)
+        assert done.returncode == 0, done.stderr
+        assert "Traceback" not in done.stderr + done.stdout
+        said = " ".join(done.stderr.split())
+        assert skipped in said and "pairing of the wrong shape (str)" in said, said
+    # A resume keeps them aside and plays nothing again: the good record still counts.
+    resumed = parley(
+        "run",
+        str(QUICKSTART),
+        *("--set", "games.0.seeds.count=1", "--set", "tracing.enabled=false"),
+        *("--out", str(folder), "--resume", "--quiet"),
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    kept = (folder / "episodes.damaged.jsonl").read_bytes().splitlines()
+    assert [json.loads(line)["episode"] for line in kept] == [
+        f"wrong-{i}" for i in range(len(WRONG_SHAPES))
+    ]
 
 
 def test_judging_with_a_launch_only_model_is_one_line(run_folder: Path, tmp_path: Path) -> None:
