@@ -24,6 +24,12 @@ from parley.runtime.preflight import add_check_command, add_run_arguments, check
 console = Console(stderr=True)
 
 
+def say_error(text: str) -> None:
+    """``text`` in red on stderr, as it is: paths and values in it may hold ``[`` … ``]``,
+    which rich would otherwise read as markup."""
+    console.print(text, style="red", markup=False, highlight=False, soft_wrap=True)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from parley.runtime.config import load_config
 
@@ -62,7 +68,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # A broker that is down or refuses us: one line, before the run folder is made.
     problem = event_loop.run(bus_problem(args.bus or config.bus))
     if problem is not None:
-        console.print(f"[red]{problem}[/]", highlight=False, soft_wrap=True)
+        say_error(str(problem))
         return 1
     state: dict[str, Scheduler | WorkerScheduler | RemoteScheduler] = {}
 
@@ -191,13 +197,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         outcome = event_loop.run(main())
     except RunFolderError as exc:  # in use by another run, or made by another config
-        console.print(f"[red]{exc}[/]", highlight=False, soft_wrap=True)
+        say_error(str(exc))
         return 1
     except Exception as exc:
         failure = recording_failure(exc)
         if failure is None:
             raise
-        console.print(f"[red]{failure}[/]", highlight=False, soft_wrap=True)
+        say_error(str(failure))
         _say_resume(
             "the run stopped; every episode recorded before is whole. Once the folder can be "
             "written again, continue with:",
@@ -239,16 +245,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         for n, head, where, _ in reasons[:5]:
             console.print(f"  {n:>5} × {head} ({', '.join(where)})", markup=False, soft_wrap=True)
     for error in outcome.errors:
-        console.print(f"[red]{error}[/]", highlight=False, soft_wrap=True)
+        say_error(str(error))
     dead = failed_models(outcome.records)
     ended = [r for r in outcome.records if r["outcome"] != "cancelled"]
     if dead:
-        console.print(
-            f"[red]every episode of {', '.join(dead)} ended in error: none of its episodes "
-            "played[/]",
-            highlight=False,
-            soft_wrap=True,
-        )
+        say_error(f"every episode of {', '.join(dead)} ended in error: none of its episodes played")
     elif ended and all(r["outcome"] == "error" for r in ended):
         dead = ["the run"]  # a game or player that cannot start: nothing played at all
         console.print("[red]every episode ended in error: none played[/]", highlight=False)
@@ -263,7 +264,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         _say_resume("some episodes were not played; continue with:", resume)
         return EXIT_FAILED
     if outcome.stopped_by is not None:
-        console.print(f"[red]{outcome.stopped_by}[/]", highlight=False, soft_wrap=True)
+        say_error(str(outcome.stopped_by))
         _say_resume("to continue anyway:", resume)
         return EXIT_TOO_MANY_ERRORS
     if outcome.interrupted:
@@ -386,25 +387,24 @@ async def bus_problem(url: str, timeout_s: float = 10.0) -> str | None:
 
 
 def _cmd_instances(args: argparse.Namespace) -> int:
-    import yaml
 
     from parley.environments import registry
-    from parley.runtime.config import settings_problems
+    from parley.runtime.config import override_value, settings_problems
     from parley.runtime.experiment import write_instances
 
     try:
         info = registry.get(args.game)
     except KeyError as exc:
-        console.print(f"[red]{exc.args[0]}[/]")
+        say_error(str(exc.args[0]))
         return 2
     values: dict[str, Any] = {}
     for item in args.set:
         key, _, value = item.partition("=")
-        values[key] = yaml.safe_load(value)
+        values[key] = override_value(item, value)
     assert info.settings is not None
     problems = settings_problems(args.game, info.settings, values, "--set")
     if problems:
-        console.print(f"[red]{ConfigError(problems)}[/]")
+        say_error(str(ConfigError(problems)))
         return 2
     settings = info.resolve_settings(values)
     seeds = range(args.start, args.start + args.count)
@@ -412,11 +412,7 @@ def _cmd_instances(args: argparse.Namespace) -> int:
     try:
         write_instances(args.out, instances)
     except OSError as exc:
-        console.print(
-            f"[red]--out {args.out}: cannot write it ({exc.strerror or exc})[/]",
-            highlight=False,
-            soft_wrap=True,
-        )
+        say_error(f"--out {args.out}: cannot write it ({exc.strerror or exc})")
         return 1
     console.print(f"wrote {args.count} {args.game} instances to {args.out}")
     return 0
@@ -432,28 +428,28 @@ def _positive(value: str) -> int:
 def _cmd_check_game(args: argparse.Namespace) -> int:
     import fnmatch
 
-    import yaml
-
     from parley.environments import registry
     from parley.runtime.checkgame import check_game
-    from parley.runtime.config import settings_problems
+    from parley.runtime.config import override_value, settings_problems
 
     games = registry.all_games()
     names: list[str] = []
     for pattern in args.game:
         matched = [name for name in games if fnmatch.fnmatchcase(name, pattern)]
         if not matched:
-            console.print(f"[red]no game matches {pattern!r}; {registry.known_games_hint()}[/]")
+            say_error(f"no game matches {pattern!r}; {registry.known_games_hint()}")
             return 2
         names += [name for name in matched if name not in names]
-    values = {key: yaml.safe_load(value) for key, _, value in (s.partition("=") for s in args.set)}
+    values = {
+        key: override_value(s, value) for s in args.set for key, _, value in [s.partition("=")]
+    }
     failed = []
     for name in names:
         info = games[name]
         assert info.settings is not None
         problems = settings_problems(name, info.settings, values, "--set")
         if problems:
-            console.print(f"[red]{ConfigError(problems)}[/]", highlight=False)
+            say_error(str(ConfigError(problems)))
             return 2
         report = check_game(info, args.seeds, values)
         table = Table(title=f"check-game {name} (seeds {', '.join(map(str, report.seeds))})")
@@ -473,7 +469,7 @@ def _cmd_check_game(args: argparse.Namespace) -> int:
     if len(names) > 1:
         console.print(f"{len(names) - len(failed)} of {len(names)} games pass")
     if failed:
-        console.print(f"[red]failed: {', '.join(failed)}[/]")
+        say_error(f"failed: {', '.join(failed)}")
         return 1
     return 0
 
@@ -518,12 +514,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     run = Path(args.run)
     if not (run / "episodes.jsonl").exists():
-        console.print(f"[red]{run} is not a run folder (no episodes.jsonl)[/]")
+        say_error(f"{run} is not a run folder (no episodes.jsonl)")
         return 2
     try:
         path = write_report(run)
     except OSError as exc:
-        console.print(f"[red]cannot write the report of {run}: {exc.strerror or exc}[/]")
+        say_error(f"cannot write the report of {run}: {exc.strerror or exc}")
         return 1
     print(path.read_text(encoding="utf-8"))  # not built twice: reading every transcript is slow
     console.print(f"written to {path}")
@@ -549,7 +545,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _run_folder(value: str | None) -> Path | None:
     run = Path(value) if value else None
     if run is None or not (run / "episodes.jsonl").exists():
-        console.print(f"[red]{run} is not a run folder (no episodes.jsonl)[/]")
+        say_error(f"{run} is not a run folder (no episodes.jsonl)")
         return None
     return run
 
@@ -568,7 +564,7 @@ def _analysed_folder(value: str | None) -> Path | None:
     try:
         folder = materialise(value, default_folder(value))
     except TraceSetError as exc:
-        console.print(f"[red]{exc}[/]", highlight=False, soft_wrap=True)
+        say_error(str(exc))
         return None
     console.print(f"read the episodes of trace set {value} (as a run folder: {folder})")
     return folder
@@ -580,7 +576,7 @@ def _cmd_traces(args: argparse.Namespace) -> int:
     from parley.observability.otlp_json import ExportError, export, trace_files
 
     if not trace_files(args.run):
-        console.print(f"[red]{args.run} holds no traces (no traces.jsonl or OTLP JSON files)[/]")
+        say_error(f"{args.run} holds no traces (no traces.jsonl or OTLP JSON files)")
         return 2
     headers = dict(args.header)
     try:
@@ -588,7 +584,7 @@ def _cmd_traces(args: argparse.Namespace) -> int:
             export(args.run, args.otlp, protocol=args.protocol, headers=headers)
         )
     except ExportError as exc:
-        console.print(f"[red]{exc}[/]", highlight=False, soft_wrap=True)
+        say_error(str(exc))
         return 1
     console.print(f"sent {spans} spans in {requests} requests to {args.otlp}", highlight=False)
     return 0
@@ -652,7 +648,7 @@ def _cmd_errors(args: argparse.Namespace) -> int:
         return 2
     registry = loaded.get("models") or {}
     if args.judge not in registry:
-        console.print(f"[red]no model {args.judge!r} in the models of {source}[/]")
+        say_error(f"no model {args.judge!r} in the models of {source}")
         return 2
     try:  # only the judge's entry: the others are not needed here
         spec = ModelSpec.model_validate(registry[args.judge])
@@ -660,17 +656,13 @@ def _cmd_errors(args: argparse.Namespace) -> int:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'entry'}: {e['msg']}" for e in exc.errors()
         )
-        console.print(
-            f"[red]model {args.judge} in {source}: {problems}[/]", highlight=False, soft_wrap=True
-        )
+        say_error(f"model {args.judge} in {source}: {problems}")
         return 2
     if spec.launch is not None and not spec.base_urls:
         # launch: servers live only as long as the run that started them.
-        console.print(
-            f"[red]model {args.judge} is started by a run (launch:) and has no base_url to "
-            "judge with: serve it and give its base_url, or judge with another model[/]",
-            highlight=False,
-            soft_wrap=True,
+        say_error(
+            f"model {args.judge} is started by a run (launch:) and has no base_url to "
+            "judge with: serve it and give its base_url, or judge with another model"
         )
         return 2
     try:
@@ -684,9 +676,7 @@ def _cmd_errors(args: argparse.Namespace) -> int:
             )
         )
     except ModelUnavailable as exc:
-        console.print(
-            f"[red]the judge cannot be reached: {exc}[/]", highlight=False, soft_wrap=True
-        )
+        say_error(f"the judge cannot be reached: {exc}")
         return 1
     path = write_verdicts(run, verdicts)
     print(judge_text(run, verdicts))
@@ -736,7 +726,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
         console.print("[red]parley dashboard needs --bus mqtt://host:port, --runs DIR, or both[/]")
         return 2
     if args.runs and not Path(args.runs).is_dir():
-        console.print(f"[red]--runs {args.runs}: no such folder[/]", highlight=False)
+        say_error(f"--runs {args.runs}: no such folder")
         return 2
     if args.runs:  # a newer parley's run folder would be misread: refused (main says why)
         from parley.records import check_folder
@@ -746,7 +736,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
     if args.bus:
         problem = event_loop.run(bus_problem(args.bus))
         if problem is not None:
-            console.print(f"[red]{problem}[/]", highlight=False, soft_wrap=True)
+            say_error(str(problem))
             return 1
     from parley.observability.dashboard.serve import serve
 
@@ -1094,8 +1084,8 @@ def main(argv: list[str] | None = None) -> int:
         _warn_broken_plugins()
     try:
         return int(args.fn(args) or 0)
-    except ConfigError as exc:
-        console.print(f"[red]{exc}[/]", highlight=False)
+    except ConfigError as exc:  # its text quotes the user's values: no markup read in it
+        console.print(str(exc), style="red", markup=False, highlight=False)
         return 2
     except NewerSchema as exc:  # any command reading a folder of a newer parley (resume too)
         console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)

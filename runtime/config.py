@@ -453,6 +453,18 @@ def settings_problems(
     return problems
 
 
+def override_value(item: str, raw: str) -> Any:
+    """The value of the override ``item`` (``key=raw``), read as YAML; a :class:`ConfigError`
+    saying so when ``raw`` is not YAML (``@x``, an unclosed ``[``), to quote in the shell."""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        why = str(getattr(exc, "problem", None) or "not YAML").strip()
+        key = item.partition("=")[0]
+        expected = f"a YAML value ({why}); to give it as text, quote it: {key}='\"{raw}\"'"
+        raise ConfigError([(item, _MISSING, expected)], "--set") from None
+
+
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """Apply ``key.path=value`` overrides (values parsed as YAML; list items by index)."""
     for item in overrides:
@@ -473,7 +485,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 target[key] = nxt
             target = nxt
         last = keys[-1]
-        value = yaml.safe_load(raw)
+        value = override_value(item, raw)
         if isinstance(target, list):
             target[_list_index(target, keys, len(keys) - 1)] = value
         elif isinstance(target, dict):

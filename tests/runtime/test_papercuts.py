@@ -57,6 +57,33 @@ def _refused(done: subprocess.CompletedProcess[str], code: int, *words: str) -> 
         assert word in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["plan", str(QUICKSTART), "--set", "name=@exp"],
+        ["run", str(QUICKSTART), "--set", "name=`x`", "--out", "{out}"],
+        ["instances", "comma.wire", "--out", "{out}", "--set", "variant=[x"],
+        ["check-game", "comma.wire", "--set", "variant=[x"],
+    ],
+)
+def test_an_override_that_is_not_yaml_is_one_message(command: list[str], tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = parley(*(word.format(out=out) for word in command))
+    given = next(word for word in command if "=" in word and not word.startswith("-"))
+    key, _, value = given.partition("=")
+    said = " ".join(done.stderr.split())  # wrapped to the terminal's width
+    _refused(done, 2, "invalid config --set")
+    assert f"{given}: a YAML value" in said and f"quote it: {key}='\"{value}\"'" in said, said
+    assert not out.exists()
+
+
+def test_a_path_with_brackets_is_said_as_it_is(tmp_path: Path) -> None:
+    folder = tmp_path / "[bold]run"
+    folder.mkdir()
+    done = parley("report", str(folder))
+    _refused(done, 2, f"{folder} is not a run folder")
+
+
 @pytest.mark.parametrize("value", ["-1", "0"])
 def test_concurrency_below_one_is_refused_by_the_parser(value: str, tmp_path: Path) -> None:
     done = parley("run", str(QUICKSTART), "--concurrency", value, "--out", str(tmp_path / "r"))
