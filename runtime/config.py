@@ -5,15 +5,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     SerializerFunctionWrapHandler,
+    Tag,
     ValidationError,
     field_validator,
     model_serializer,
@@ -198,7 +200,22 @@ class PlayerSpec(Strict):
 class PairingMatrix(Strict):
     """Every combination: ``matrix: {solver: [a, b], expert: [a, b]}`` gives four pairings."""
 
-    matrix: dict[str, list[PlayerSpec]]
+    # Each role at least one player (an empty list would pair nobody and play nothing).
+    matrix: dict[str, Annotated[list[PlayerSpec], Field(min_length=1)]] = Field(min_length=1)
+
+
+def _pairing_kind(value: Any) -> str:
+    matrix = isinstance(value, PairingMatrix) or (isinstance(value, dict) and "matrix" in value)
+    return "Matrix" if matrix else "Roles"
+
+
+# A pairing: role → player, or a matrix of them. Told apart by the ``matrix`` key, so that a
+# problem inside a matrix is said of the matrix (not as roles named "matrix"); the tags are
+# capitalised as union branches are, which problems_of leaves out of a location.
+Pairing = Annotated[
+    Annotated[dict[str, PlayerSpec], Tag("Roles")] | Annotated[PairingMatrix, Tag("Matrix")],
+    Discriminator(_pairing_kind),
+]
 
 
 class GameBlock(Strict):
@@ -207,7 +224,7 @@ class GameBlock(Strict):
     game: str
     seeds: list[int] | SeedRange = Field(default_factory=lambda: SeedRange(count=10))
     instances_file: str | None = None
-    pairings: list[dict[str, PlayerSpec] | PairingMatrix] = Field(min_length=1)
+    pairings: list[Pairing] = Field(min_length=1)
     repetitions: int = Field(default=1, ge=1)
     settings: dict[str, Any] = Field(default_factory=dict)
     memory: dict[str, MemorySpec] = Field(default_factory=dict)

@@ -323,6 +323,28 @@ async def test_the_same_run_over_mosquitto_gives_identical_results(
             "games.0.seeds.count",
             "greater than 0",
         ),
+        (  # a role of a matrix with nobody in it would pair nobody: nothing would play
+            {
+                "games": [
+                    {
+                        "game": "comma.wire",
+                        "pairings": [{"matrix": {"solver": ["scripted"], "expert": []}}],
+                    }
+                ]
+            },
+            "games.0.pairings.0.matrix.expert",
+            "at least 1 item",
+        ),
+        (
+            {"games": [{"game": "comma.wire", "pairings": [{"matrix": {}}]}]},
+            "games.0.pairings.0.matrix",
+            "at least 1 item",
+        ),
+        (
+            {"games": [{"game": "comma.wire", "pairings": [{"matrix": {"solver": 5}}]}]},
+            "games.0.pairings.0.matrix.solver",
+            "valid list",
+        ),
     ],
 )
 def test_bad_configs_name_the_field_and_the_fix(change: dict, field: str, expected: str) -> None:
