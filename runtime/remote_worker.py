@@ -484,6 +484,12 @@ def command(args: argparse.Namespace) -> int:
     except topics.TopicError as exc:
         print(f"parley worker: --group {group!r}: {exc}", file=sys.stderr)
         return 2
+    if args.worker_id is not None:  # a topic level of its own (heartbeats, results)
+        try:
+            topics.check_id(args.worker_id, "worker id")
+        except topics.TopicError as exc:
+            print(f"parley worker: --id {args.worker_id!r}: {exc}", file=sys.stderr)
+            return 2
     return event_loop.run(run_worker(url, args.slots, args.worker_id, group))
 
 

@@ -77,6 +77,16 @@ def test_an_override_that_is_not_yaml_is_one_message(command: list[str], tmp_pat
     assert not out.exists()
 
 
+@pytest.mark.parametrize(("option", "value"), [("--id", "a/b"), ("--group", "g+")])
+def test_a_worker_name_that_cannot_be_a_topic_level_is_refused_first(
+    option: str, value: str
+) -> None:
+    # Port 1: nothing listens there; the name is refused before any connection is tried.
+    done = parley("worker", "--bus", "mqtt://127.0.0.1:1", option, value)
+    _refused(done, 2, f"parley worker: {option} {value!r}: ")
+    assert "broker" not in done.stderr
+
+
 def test_a_path_with_brackets_is_said_as_it_is(tmp_path: Path) -> None:
     folder = tmp_path / "[bold]run"
     folder.mkdir()
