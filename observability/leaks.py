@@ -736,10 +736,43 @@ class Score:
                 self.tn += 1
 
 
+class LabelledSetError(ValueError):
+    """A labelled set (``parley leaks --eval FILE``) that cannot be read, saying where and why."""
+
+
 def load_labelled(path: str | Path | None = None) -> list[dict[str, Any]]:
-    """The labelled utterances (default: the set shipped with the tests)."""
+    """The labelled utterances (default: the set shipped with the tests): one JSON object a
+    line, with ``text``, ``facts`` (fact → value), ``leaks`` (the facts it discloses) and an
+    optional ``split``. Raises :class:`LabelledSetError` naming the file and line."""
     file = Path(path) if path else LABELLED
-    return [json.loads(line) for line in file.read_text(encoding="utf-8").splitlines() if line]
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise LabelledSetError(f"{file}: cannot be read ({why or exc})") from None
+    items = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            raise LabelledSetError(f"{file}, line {number}: not JSON") from None
+        if not (
+            isinstance(item, dict)
+            and isinstance(item.get("text"), str)
+            and isinstance(item.get("facts"), dict)
+            and all(isinstance(v, str) for v in item["facts"].values())
+            and isinstance(item.get("leaks"), list)
+            and all(isinstance(f, str) for f in item["leaks"])
+            and isinstance(item.get("split", ""), str)
+        ):
+            raise LabelledSetError(
+                f"{file}, line {number}: not a labelled utterance (an object with text, "
+                "facts: {fact: value}, leaks: [fact, ...] and an optional split)"
+            )
+        items.append(item)
+    return items
 
 
 LABELLED = Path(__file__).with_name("leaks_labelled.jsonl")

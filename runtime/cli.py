@@ -592,9 +592,13 @@ def _cmd_traces(args: argparse.Namespace) -> int:
 
 def _cmd_leaks(args: argparse.Namespace) -> int:
     if args.eval is not None:
-        from parley.observability.leaks import evaluate, load_labelled
+        from parley.observability.leaks import LabelledSetError, evaluate, load_labelled
 
-        items = load_labelled(args.eval or None)
+        try:
+            items = load_labelled(args.eval or None)
+        except LabelledSetError as exc:
+            say_error(f"--eval {exc}")
+            return 2
         table = Table(title=f"leak detection on {len(items)} labelled utterances")
         for column in ("split", "method", "precision", "recall", "F1", "pairs"):
             table.add_column(column, justify="left" if column in ("split", "method") else "right")

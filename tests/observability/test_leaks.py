@@ -123,3 +123,29 @@ async def test_parley_leaks_finds_the_pin_told_to_the_expert(
     assert none.startswith("0.0 [0.0, ") and both.startswith("100.0 [")
     report = write_report(tmp_path).read_text()
     assert "## Privacy leaks" in report and (tmp_path / "leaks.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        (None, "cannot be read (Is a directory)"),
+        (b"\xff\xfe", "cannot be read (not UTF-8 text)"),
+        (b'{"text": "hi"', "line 1: not JSON"),
+        (b'\n{"text": "hi"}\n', "line 2: not a labelled utterance"),
+        (b"[1, 2]\n", "line 1: not a labelled utterance"),
+        (b'{"text": "hi", "facts": {"pin": 1234}, "leaks": []}\n', "line 1: not a labelled"),
+    ],
+)
+def test_a_labelled_set_that_cannot_be_read_is_one_line(
+    content: bytes | None, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "labelled.jsonl"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    assert main(["leaks", "--eval", str(path)]) == 2
+    said = " ".join(capsys.readouterr().err.split())
+    assert said.startswith(f"--eval {path}") and says in said, said
+    assert main(["leaks", "--eval", str(tmp_path / "none.jsonl")]) == 2
+    assert "cannot be read (No such file or directory)" in capsys.readouterr().err
