@@ -512,14 +512,14 @@ def _cmd_games(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from parley.runtime.report import write_report
 
-    run = Path(args.run)
-    if not (run / "episodes.jsonl").exists():
-        say_error(f"{run} is not a run folder (no episodes.jsonl)")
+    run = _run_folder(args.run)
+    if run is None:
         return 2
     try:
         path = write_report(run)
-    except OSError as exc:
-        say_error(f"cannot write the report of {run}: {exc.strerror or exc}")
+    except OSError as exc:  # reading the folder, or writing report.md or a plot
+        where = f" ({exc.filename})" if exc.filename else ""
+        say_error(f"cannot make the report of {run}: {exc.strerror or exc}{where}")
         return 1
     print(path.read_text(encoding="utf-8"))  # not built twice: reading every transcript is slow
     console.print(f"written to {path}")
@@ -544,8 +544,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 def _run_folder(value: str | None) -> Path | None:
     run = Path(value) if value else None
-    if run is None or not (run / "episodes.jsonl").exists():
-        say_error(f"{run} is not a run folder (no episodes.jsonl)")
+    if run is None:
+        say_error("name a run folder (one with an episodes.jsonl)")
+        return None
+    if not (run / "episodes.jsonl").is_file():
+        say_error(f"{run} is not a run folder (no episodes.jsonl file)")
         return None
     return run
 
@@ -918,7 +921,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "leaks", help="private facts one role disclosed to another, per episode and pairing"
     )
     leaks.add_argument("run", nargs="?", help="run folder, or exported traces (OTLP JSON)")
-    leaks.add_argument("--limit", type=int, default=20, help="disclosures to list (default 20)")
+    leaks.add_argument(
+        "--limit", type=_positive, default=20, help="disclosures to list (default 20)"
+    )
     leaks.add_argument(
         "--eval",
         nargs="?",
@@ -930,7 +935,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     errors = sub.add_parser("errors", help="error categories per model (rules; optional judge)")
     errors.add_argument("run", help="run folder, or exported traces (OTLP JSON)")
-    errors.add_argument("--limit", type=int, default=20, help="findings to list (default 20)")
+    errors.add_argument("--limit", type=_positive, default=20, help="findings to list (default 20)")
     errors.add_argument("--judge", metavar="MODEL", help="also ask this model (registry name)")
     errors.add_argument(
         "--models", help="YAML with a `models:` registry (default: the run's config.yaml)"

@@ -68,7 +68,9 @@ class RecordingFailed(RuntimeError):
     def of(cls, folder: Path, exc: BaseException) -> RecordingFailed:
         """The failure to write ``folder``, saying why (``exc``, kept as its cause)."""
         cause = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        failure = cls(f"cannot write the run folder {folder}: {cause}")
+        name = getattr(exc, "filename", None)
+        where = f" ({name})" if name and Path(name) != Path(folder) else ""
+        failure = cls(f"cannot write the run folder {folder}: {cause}{where}")
         failure.__cause__ = exc
         return failure
 
@@ -316,6 +318,8 @@ class RunFolder(RecordedRun):
         for tmp in self.images.glob(".*.tmp"):
             tmp.unlink(missing_ok=True)
         for image in self.images.glob("*.png"):
+            if not image.is_file():  # not one the run wrote: left as it is
+                continue
             if hashlib.sha256(image.read_bytes()).hexdigest() != image.stem:
                 torn.add(image.stem)
                 image.unlink()

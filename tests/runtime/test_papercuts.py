@@ -87,11 +87,36 @@ def test_a_worker_name_that_cannot_be_a_topic_level_is_refused_first(
     assert "broker" not in done.stderr
 
 
+def test_a_folder_where_the_records_file_goes_is_no_run_folder(
+    run_folder: Path, tmp_path: Path
+) -> None:
+    folder = tmp_path / "odd"
+    shutil.copytree(run_folder, folder)
+    (folder / "episodes.jsonl").unlink()
+    (folder / "episodes.jsonl").mkdir()
+    for command in (
+        ["report", str(folder)],
+        ["leaks", str(folder)],
+        ["errors", str(folder)],
+        ["export", str(folder), "--out", str(tmp_path / "tables")],
+        ["dashboard", "--export", str(folder)],
+    ):
+        done = parley(*command)
+        _refused(done, 2, "is not a run folder (no episodes.jsonl file)")
+    _refused(parley("leaks"), 2, "name a run folder")
+
+
 def test_a_path_with_brackets_is_said_as_it_is(tmp_path: Path) -> None:
     folder = tmp_path / "[bold]run"
     folder.mkdir()
     done = parley("report", str(folder))
     _refused(done, 2, f"{folder} is not a run folder")
+
+
+@pytest.mark.parametrize("command", ["leaks", "errors"])
+def test_a_limit_below_one_is_refused_by_the_parser(command: str, run_folder: Path) -> None:
+    done = parley(command, str(run_folder), "--limit", "-1")
+    _refused(done, 2, "--limit", "at least 1")
 
 
 @pytest.mark.parametrize("value", ["-1", "0"])
