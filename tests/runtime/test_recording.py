@@ -233,7 +233,8 @@ def test_a_report_that_cannot_be_written_leaves_the_run_done(tmp_path: Path) -> 
     assert len(RunFolder(out).records()) == 3
     later = parley("report", str(out))
     assert later.returncode == 1 and "Traceback" not in later.stderr + later.stdout
-    assert "cannot write the report" in later.stdout + later.stderr
+    said = " ".join((later.stdout + later.stderr).split())
+    assert f"cannot make the report of {out}: Is a directory ({out / 'report.md'})" in said
 
 
 def test_a_full_disk_with_tracing_on_stops_the_run_in_one_line_and_resumes(
