@@ -683,18 +683,64 @@ def trace_files(path: str | Path) -> list[Path]:
     return sorted(p for p in target.iterdir() if p.suffix in (".json", ".jsonl") and p.is_file())
 
 
+def _is_flat_span(span: Any) -> bool:
+    """Whether ``span`` has the shape of a flat span where its readers look (a damaged file, a
+    foreign one: a name that is not text, attributes that are no mapping …)."""
+    return (
+        isinstance(span, dict)
+        and isinstance(span.get("trace_id"), str)
+        and isinstance(span.get("span_id"), str)
+        and isinstance(span.get("name", ""), str)
+        and isinstance(span.get("attributes") or {}, dict)
+        and all(type(span.get(k) or 0) is int for k in ("start_ns", "end_ns"))
+        and isinstance(span.get("events") or [], list)
+        and all(isinstance(e, dict) for e in span.get("events") or [])
+        and isinstance(span.get("links") or [], list)
+        and all(isinstance(k, dict) and "trace_id" in k for k in span.get("links") or [])
+    )
+
+
+def _spans_of_document(doc: Any) -> list[dict[str, Any]] | None:
+    """The flat spans of one JSON document of a trace set: an OTLP request's, or the one flat
+    span of an older run folder's line; [] for a document that is neither (skipped as foreign),
+    None for one of those shapes that does not read as one (damaged)."""
+    if not isinstance(doc, dict):
+        return []
+    if "resourceSpans" in doc or "resource_spans" in doc:
+        try:
+            spans = list(spans_of_request(doc))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            return None
+    elif "span_id" in doc and "trace_id" in doc:
+        spans = [doc]
+    else:
+        return []
+    return spans if all(_is_flat_span(span) for span in spans) else None
+
+
+def _warn_damaged(path: str | Path, damaged: int) -> None:
+    if damaged:
+        log.warning(
+            "%s: skipped %d damaged documents that hold no spans of the shape OTLP JSON gives",
+            path,
+            damaged,
+        )
+
+
 def read_trace_set(path: str | Path) -> list[dict[str, Any]]:
     """Every span of a trace set (run folder, OTLP JSON file, or folder of them), flat; spans
-    of older run folders (one flat span per line) as they are."""
+    of older run folders (one flat span per line) as they are. A document of another shape
+    is skipped with a warning."""
     spans: list[dict[str, Any]] = []
+    damaged = 0
     for file in trace_files(path):
         for doc in _documents(file):
-            if not isinstance(doc, dict):
-                continue
-            if "resourceSpans" in doc or "resource_spans" in doc:
-                spans.extend(spans_of_request(doc))
-            elif "span_id" in doc and "trace_id" in doc:
-                spans.append(doc)
+            found = _spans_of_document(doc)
+            if found is None:
+                damaged += 1
+            else:
+                spans.extend(found)
+    _warn_damaged(path, damaged)
     return spans
 
 
@@ -763,19 +809,22 @@ def export_requests(path: str | Path, batch: int = 512) -> Iterator[dict[str, An
             ]
         }
 
+    damaged = 0
     for file in trace_files(path):
         for doc in _documents(file):
-            if not isinstance(doc, dict):
-                continue
-            if "resourceSpans" in doc:
+            found = _spans_of_document(doc)
+            if found is None:
+                damaged += 1
+            elif "resourceSpans" in doc:  # OTLP JSON as a collector takes it: as it is
                 yield doc
-            elif "span_id" in doc and "trace_id" in doc:
-                flat.append(doc)
+            elif found:  # flat spans (or protobuf-style names): gathered into requests
+                flat.extend(found)
                 if len(flat) >= batch:
                     yield gathered()
                     flat = []
     if flat:
         yield gathered()
+    _warn_damaged(path, damaged)
 
 
 def to_protobuf(request: dict[str, Any]) -> bytes:

@@ -146,6 +146,44 @@ def test_an_older_run_folder_is_read_and_replayed(
     assert got["02" * 8]["parent_id"] == "01" * 8 and got["02" * 8]["name"] == "turn 1 solver"
 
 
+# Documents a trace set may hold that have the shape of spans where readers look, but not
+# their types (a damaged file, a foreign exporter's): each is skipped, the rest still reads.
+DAMAGED_DOCUMENTS: list[Any] = [
+    {"resourceSpans": 5},
+    {"resourceSpans": [{"resource": 5, "scopeSpans": 7}]},
+    {"resourceSpans": [{"scopeSpans": [{"spans": [{"name": 5, "endTimeUnixNano": "x"}]}]}]},
+    {"name": 5, "trace_id": "ab" * 16, "span_id": "03" * 8},
+    {"name": "episode x", "trace_id": "ab" * 16, "span_id": "04" * 8, "end_ns": "abc"},
+    {"name": "episode x", "trace_id": "ab" * 16, "span_id": "05" * 8, "attributes": "x"},
+]
+
+
+def test_damaged_documents_of_a_trace_set_are_skipped_by_every_reader(
+    tmp_path: Path,
+    receiver: Receiver,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run = tmp_path / "run"
+    scripted_run(run, content=True)
+    written = read_spans(run)
+    traces = run / "traces.jsonl"
+    with traces.open("a") as f:
+        f.write("".join(json.dumps(doc) + "\n" for doc in DAMAGED_DOCUMENTS))
+    skipped = f"skipped {len(DAMAGED_DOCUMENTS)} damaged documents"
+    for command in (["leaks", str(traces)], ["errors", str(traces)]):
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            assert main(command) == 0, capsys.readouterr()
+        assert skipped in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert main(["traces", "export", str(run), "--otlp", receiver.url]) == 0
+    assert skipped in caplog.text
+    assert f"sent {len(written)} spans" in " ".join(capsys.readouterr().err.split())
+    assert sorted(g["span_id"] for g in receiver.spans()) == sorted(s["span_id"] for s in written)
+
+
 def test_export_to_nowhere_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     scripted_run(tmp_path / "run")
     code = main(["traces", "export", str(tmp_path / "run"), "--otlp", "http://127.0.0.1:9"])
