@@ -715,6 +715,14 @@ def _port(value: str) -> int:
     return number
 
 
+def _listener_port(value: str) -> int:
+    """A port a broker listens on: one it can be told about (0, any free one, cannot be)."""
+    number = int(value) if value.isdigit() else 0
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number 1-65535, got {value!r}")
+    return number
+
+
 def _cmd_dashboard(args: argparse.Namespace) -> int:
     if args.export:
         from parley.observability.transcript_html import write_html
@@ -1007,7 +1015,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "principal and ACLs, ready for a network (docs/security.md).",
     )
     broker.add_argument("--config", help="broker config (default configs/mosquitto.conf)")
-    broker.add_argument("--port", type=int, help="listener port (default 1883; --secure: 8883)")
+    broker.add_argument(
+        "--port", type=_listener_port, help="listener port (default 1883; --secure: 8883)"
+    )
     broker.add_argument(
         "--secure",
         metavar="DIR",

@@ -113,6 +113,12 @@ def test_a_path_with_brackets_is_said_as_it_is(tmp_path: Path) -> None:
     _refused(done, 2, f"{folder} is not a run folder")
 
 
+@pytest.mark.parametrize("value", ["-1", "0", "99999", "x"])
+def test_a_broker_port_out_of_range_is_refused_by_the_parser(value: str) -> None:
+    done = parley("broker", f"--port={value}")
+    _refused(done, 2, "--port", "expected a port number")
+
+
 @pytest.mark.parametrize("command", ["leaks", "errors"])
 def test_a_limit_below_one_is_refused_by_the_parser(command: str, run_folder: Path) -> None:
     done = parley(command, str(run_folder), "--limit", "-1")
