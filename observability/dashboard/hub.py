@@ -491,7 +491,13 @@ class Hub:
             meta = json.loads((folder / "run.json").read_text(encoding="utf-8"))
         if not isinstance(meta, dict):  # damaged: the folder's name stands in for the run's
             meta = {}
-        run = run or str(meta.get("run") or folder.name)
+        run = base = run or str(meta.get("run") or folder.name)
+        copy = 1
+        while (taken := self.runs.get(run)) is not None and taken.folder not in (None, folder):
+            # A copy of a folder already followed (a backup, a run copied elsewhere): a run of
+            # its own, not merged into the first, whose records it would hide or overwrite.
+            copy += 1
+            run = f"{base}~{copy}"
         state = self.run(run)
         state.folder = folder
         key = read_public_key(folder)

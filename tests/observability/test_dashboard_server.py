@@ -278,6 +278,23 @@ def test_a_record_that_cannot_be_shown_holds_up_neither_its_folder_nor_another(
     assert "e5" in {r["episode"] for r in hub.runs["a"].index.query()["rows"]}
 
 
+def test_copies_of_one_run_folder_are_runs_of_their_own(tmp_path: Path) -> None:
+    for name, episodes in (("first", ["e0", "e1"]), ("copy", ["e0"]), ("again", ["e2"])):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "run.json").write_text(json.dumps({"run": "r1", "name": "exp"}))
+        (folder / "episodes.jsonl").write_text("".join(_folder_record(e) for e in episodes))
+    hub = Hub()
+    assert hub.follow_all(tmp_path) == 3
+    rows = {
+        run: sorted(r["episode"] for r in state.index.query()["rows"])
+        for run, state in hub.runs.items()
+    }
+    assert sorted(rows.values()) == [["e0"], ["e0", "e1"], ["e2"]]
+    assert sorted(rows) == ["r1", "r1~2", "r1~3"]
+    assert hub.follow(tmp_path / "copy") is hub.runs[next(r for r in rows if rows[r] == ["e0"])]
+
+
 async def test_leak_flags_from_a_run_folder(tmp_path: Path) -> None:
     folder = tmp_path / "run"
     folder.mkdir()
