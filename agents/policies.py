@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import anyio
 
+from parley.agents.backends.formats import repair_text
 from parley.agents.prompt import Prompt
 from parley.bus.messages import ImagePart, TextPart, Usage
 
@@ -97,7 +98,7 @@ class HumanPolicy:
         else:  # a given read function (or a replaced sys.stdin): read it in a thread
             text = await anyio.to_thread.run_sync(self._ask, prompt, abandon_on_cancel=True)
         return Decision(
-            text=text,
+            text=repair_text(text)[0],  # a terminal's undecodable bytes: U+FFFD
             model="human",
             latency_s=time.perf_counter() - start,
             raw={"player": "human", "via": "terminal"},
@@ -272,7 +273,9 @@ class SeatPolicy:
             self.prompt = None
             self._answer = None
         return Decision(
-            text=text,
+            # Half an emoji pasted in a page arrives as a lone surrogate, which no record can
+            # hold: U+FFFD instead, as for a model's reply.
+            text=repair_text(text)[0],
             model="human",
             latency_s=time.perf_counter() - start,
             raw={"player": "human", "via": "browser"},

@@ -188,6 +188,37 @@ async def test_an_unanswered_turn_ends_the_episode_at_the_seats_timeout(tmp_path
 
 
 @pytest.mark.anyio
+async def test_half_a_character_from_a_page_is_recorded_as_a_replacement_character(
+    tmp_path: Path,
+) -> None:
+    """A page may send a lone surrogate (half an emoji pasted, a client's bug): the reply is
+    recorded with U+FFFD in its place, and the episode's record and transcript are kept."""
+    solver = {"kind": "human", "via": "browser", "turn_timeout_s": 3.0}
+    async with seated_run({"games": [wire(solver, [3])]}, tmp_path) as run:
+        (seat,) = run.seats[("comma.wire", "solver")]
+        async with aiohttp.ClientSession() as http:
+            url, _ = run.link(seat)
+            async with http.ws_connect(url) as ws:
+                turn = await next_frame(ws, "turn")
+                # Sent as JSON text: the escaped half-pair is what a page's JSON.stringify sends.
+                await ws.send_str(
+                    f'{{"type": "reply", "turn": {turn["turn"]}, "text": "cut \\ud800 one"}}'
+                )
+                await next_frame(ws, "sent")
+                # The next turn goes unanswered: the episode ends at the seat's timeout.
+                await next_frame(ws, "finished")
+        outcome = await run.outcome()
+    (record,) = outcome.records
+    assert (record["outcome"], record["reason_code"]) == ("aborted", "turn_timeout")
+    said = [
+        m["text"]
+        for m in RecordedRun(tmp_path).iter_transcript(record["episode"])
+        if m["kind"] == "turn_response" and m["role"] == "solver"
+    ]
+    assert said == ["cut \ufffd one"]
+
+
+@pytest.mark.anyio
 async def test_a_person_rejoins_with_the_same_link_or_leaves_the_episode_aborted(
     tmp_path: Path,
 ) -> None:
