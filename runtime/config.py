@@ -57,7 +57,7 @@ _MISSING = object()
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # as the model specs'
 
 
 class SeedRange(Strict):

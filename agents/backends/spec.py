@@ -19,7 +19,9 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # No infinities: a timeout, price or backoff of .inf passes every bound and breaks later
+    # (an overflow in the HTTP client, nan in a cost, a wait that never ends).
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class GenerationParams(_Strict):

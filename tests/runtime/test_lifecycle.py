@@ -345,6 +345,12 @@ async def test_the_same_run_over_mosquitto_gives_identical_results(
             "games.0.pairings.0.matrix.solver",
             "valid list",
         ),
+        (  # .inf passes every bound, then overflows in the HTTP client
+            {"models": {"m": {"model": "x", "base_url": "http://h/v1", "timeout_s": float("inf")}}},
+            "models.m.timeout_s",
+            "got inf; expected a finite number",
+        ),
+        ({"episode_timeout_s": float("inf")}, "episode_timeout_s", "expected a finite number"),
     ],
 )
 def test_bad_configs_name_the_field_and_the_fix(change: dict, field: str, expected: str) -> None:
