@@ -672,6 +672,20 @@ def _cmd_errors(args: argparse.Namespace) -> int:
             "judge with: serve it and give its base_url, or judge with another model"
         )
         return 2
+    from parley.runtime.preflight import check_models
+
+    # Checked once first, as a run checks its models: an unreachable judge is one line now,
+    # not a minute of retries per episode and a file of "unjudged" over the last verdicts.
+    failed = [
+        c
+        for c in event_loop.run(check_models({args.judge: spec}, {args.judge: False}))
+        if c.status == "failed"
+    ]
+    if failed:
+        check = failed[0]
+        fix = f" ({check.fix})" if check.fix else ""
+        say_error(f"the judge cannot be reached: {check.endpoint}: {check.detail}{fix}")
+        return 1
     try:
         verdicts = event_loop.run(
             judge_run(
@@ -684,6 +698,14 @@ def _cmd_errors(args: argparse.Namespace) -> int:
         )
     except ModelUnavailable as exc:
         say_error(f"the judge cannot be reached: {exc}")
+        return 1
+    if not verdicts:
+        which = "ended" if args.all else "lost or was aborted"
+        console.print(f"no episode of {run} {which}: nothing to judge", markup=False)
+        return 0
+    if all(v.category == "unjudged" for v in verdicts):
+        # It went away meanwhile: the verdicts of an earlier judging, if any, stay.
+        say_error(f"the judge cannot be reached: {verdicts[0].error}")
         return 1
     path = write_verdicts(run, verdicts)
     print(judge_text(run, verdicts))

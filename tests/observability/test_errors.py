@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import yaml
 
 from parley.agents.backends.simserver import SimServerProcess
+from parley.bus.broker import free_port
 from parley.observability.errors import episode_errors, mentioned_actions, primary
 from parley.observability.judge import PROMPT_VERSION, parse_verdict
 from parley.runtime.cli import main
@@ -272,8 +274,10 @@ def test_the_judge_through_a_configured_backend(
     failed = [r for r in outcome.records if r["outcome"] == "lost"]
     assert failed
     models = tmp_path / "models.yaml"
+    down = model_entry(sim, "judge-m", base_url=f"http://127.0.0.1:{free_port()}/v1")
     models.write_text(yaml.safe_dump({"models": {
-        "judge": model_entry(sim, "judge-m"), "garbled": model_entry(sim, "garbled-judge")}}))  # fmt: skip
+        "judge": model_entry(sim, "judge-m"), "garbled": model_entry(sim, "garbled-judge"),
+        "down": down}}))  # fmt: skip
     run = str(tmp_path / "run")
     assert main(["errors", run, "--judge", "judge", "--models", str(models)]) == 0
     verdicts = [
@@ -289,3 +293,25 @@ def test_the_judge_through_a_configured_backend(
     ]
     assert {v["category"] for v in verdicts} == {"unparsed"} and all(v["error"] for v in verdicts)
     assert main(["errors", run, "--judge", "nobody", "--models", str(models)]) == 2
+    # A judge that cannot be reached: one line, exit 1, and the last verdicts stay as they were.
+    before = (tmp_path / "run" / "errors_judge.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(["errors", run, "--judge", "down", "--models", str(models)]) == 1
+    said = " ".join(capsys.readouterr().err.split())
+    assert (
+        said.startswith("the judge cannot be reached: http://127.0.0.1:")
+        and "Traceback" not in said
+    )
+    assert (tmp_path / "run" / "errors_judge.jsonl").read_bytes() == before
+    # A run none of whose episodes failed (the same records, every one won): nothing to judge.
+    won = tmp_path / "won"
+    shutil.copytree(tmp_path / "run", won)
+    (won / "errors_judge.jsonl").unlink()
+    records = [json.loads(x) for x in (won / "episodes.jsonl").read_text().splitlines()]
+    (won / "episodes.jsonl").write_text(
+        "".join(json.dumps({**r, "outcome": "success"}) + "\n" for r in records)
+    )
+    assert main(["errors", str(won), "--judge", "judge", "--models", str(models)]) == 0
+    printed = capsys.readouterr()
+    assert "nothing to judge" in " ".join((printed.out + printed.err).split())
+    assert not (won / "errors_judge.jsonl").exists()
