@@ -48,6 +48,9 @@ from parley.observability.dashboard.index import RUNNING, EpisodeIndex
 from parley.observability.leaks import episode_disclosures
 from parley.records import main_score, parse_message, parse_record, upgrade
 
+# A run whose processes published their status (every second) and then sent none for this long
+# is shown as silent, not live: killed outright (kill -9, a machine gone) it cannot say so.
+SILENT_AFTER_S = 15.0
 MAX_MESSAGES = 5000  # per live episode
 MAX_STATES = 500  # per live episode
 KEEP_FINISHED = 200  # live buffers of finished episodes kept (older ones are read from folders)
@@ -155,6 +158,9 @@ class RunState:
         self.updated_at = 0.0
         self.local_status: Callable[[], dict[str, Any]] | None = None
         self._last_sample: tuple[float, int] | None = None
+        # When its last status came (monotonic), and whether it has been silent since.
+        self.heard_at: float | None = None
+        self.silent_since: float | None = None  # wall time of the last status, when silent
         # Whose results count (parley.bus.signing): the run's public key and where it came
         # from ("folder" or "status"); ``unsigned`` when the run's main status has none (or
         # none came): its results are taken unverified. Results wait in ``pending`` for a key.
@@ -330,6 +336,7 @@ class Hub:
             state.live = not data.get("final", False) or any(
                 not s.get("final") for s in state.statuses.values()
             )
+            state.heard_at, state.silent_since = time.monotonic(), None
             if data.get("name"):
                 state.name = str(data["name"])
             folder = data.get("folder")
@@ -664,6 +671,7 @@ class Hub:
                     "run": state.run,
                     "name": state.name,
                     "live": state.live and not status["final"],
+                    "silent_since": state.silent_since,
                     "folder": str(state.folder) if state.folder else None,
                     "episodes": len(state.index),
                     "planned": status["planned"],
@@ -721,6 +729,7 @@ class Hub:
             "run": state.run,
             "name": state.name,
             "live": state.live,
+            "silent_since": state.silent_since,
             "folder": str(state.folder) if state.folder else None,
             "status": state.status(),
             "outcomes": dict(state.index.outcomes),
@@ -843,6 +852,12 @@ class Hub:
                     self.follow_all(root)
         self.poll_folders()
         for state in self.runs.values():
+            heard = state.heard_at
+            if state.live and heard is not None and now - heard > SILENT_AFTER_S:
+                log.warning("run %s: no status for %.0f s: shown as silent", state.run, now - heard)
+                state.live = False
+                state.silent_since = time.time() - (now - heard)
+                state.touch()
             if state.live or state.local_status is not None:
                 state.sample()
                 state.touch()

@@ -33,7 +33,7 @@ from parley.bus import topics
 from parley.bus.base import Bus, BusClosed
 from parley.bus.messages import Control
 from parley.observability.dashboard.hub import Hub
-from parley.observability.dashboard.index import QueryError
+from parley.observability.dashboard.index import RUNNING, QueryError
 from parley.observability.dashboard.seats import SeatRegistry
 
 log = logging.getLogger("parley.dashboard")
@@ -355,6 +355,18 @@ class Dashboard:
         if self.bus is None:
             raise DashboardError("this dashboard watches no bus, so it cannot control a run")
         topics.check_id(run, "run")
+        # Only what is playing: a message to a finished or silent run (or an episode it does
+        # not play) would be published and answered "done" with nobody to act on it.
+        state = self.hub.runs.get(run)
+        if state is None:
+            raise DashboardError(f"no run {run!r} on this dashboard")
+        if not state.live:
+            since = state.silent_since
+            when = "finished" if since is None else f"no status since {time.ctime(since)}"
+            raise DashboardError(f"run {run} is not playing ({when})")
+        row = state.index.get(episode) if episode else None
+        if episode and (row is None or row.outcome != RUNNING):
+            raise DashboardError(f"episode {episode!r} is not playing in run {run}")
         topic = topics.episode_control(run, episode) if episode else topics.control(run)
         message = Control(
             run=run, episode=episode, sender="dashboard", command=command, reason=reason

@@ -395,21 +395,62 @@ async def test_control_from_a_bus_dashboard_is_a_control_message() -> None:
     url = await dashboard.start()
     run_sub = bus.subscribe(topics.control(RUN))
     episode_sub = bus.subscribe(topics.episode_control(RUN, "e7"))
+    control = f"{url}api/runs/{RUN}/control"
     async with aiohttp.ClientSession() as http:
-        async with http.post(f"{url}api/runs/{RUN}/control", json={"command": "pause"}) as r:
+        async with http.post(control, json={"command": "pause"}) as r:
+            assert r.status == 400 and "no run 'r1'" in await r.text()  # not heard of yet
+        await bus.publish(topics.status(RUN, "main"), status(running=1), retain=True)
+        await bus.publish(topics.events(RUN, "e7"), started("e7"))
+        runs = dashboard.hub.runs
+        await settle(dashboard.hub, lambda: RUN in runs and "e7" in runs[RUN].live_episodes)
+        async with http.post(control, json={"command": "pause"}) as r:
             assert (await r.json())["via"] == "bus"
         body = {"command": "abort", "episode": "e7", "reason": "stuck"}
-        async with http.post(f"{url}api/runs/{RUN}/control", json=body) as r:
+        async with http.post(control, json=body) as r:
             assert r.status == 200
-        async with http.post(f"{url}api/runs/{RUN}/control", json={"command": "explode"}) as r:
+        async with http.post(control, json={"command": "abort", "episode": "e8"}) as r:
+            assert r.status == 400 and "'e8' is not playing" in await r.text()
+        async with http.post(control, json={"command": "explode"}) as r:
             assert r.status == 400 and "pause, resume or abort" in await r.text()
-        async with http.post(f"{url}api/runs/{RUN}/control", json={"command": "abort"}) as r:
+        async with http.post(control, json={"command": "abort"}) as r:
             assert r.status == 400 and "needs the episode" in await r.text()
     pause = (await asyncio.wait_for(run_sub.get(), 5)).message
     abort = (await asyncio.wait_for(episode_sub.get(), 5)).message
     assert isinstance(pause, Control) and pause.command == "pause" and pause.run == RUN
     assert isinstance(abort, Control) and abort.command == "abort" and abort.reason == "stuck"
+    with pytest.raises(TimeoutError):  # the refused pause was never published
+        await asyncio.wait_for(run_sub.get(), 0.2)
     await dashboard.stop()
+    await bus.close()
+
+
+async def test_a_run_that_stops_sending_its_status_is_shown_silent_not_live() -> None:
+    """A run killed outright (kill -9) cannot send a final status: once none came for
+    SILENT_AFTER_S, the dashboard shows it silent, stops charting it, and refuses to control
+    it; a status that comes again makes it live again."""
+    from parley.observability.dashboard import hub as hub_module
+
+    bus = LocalBus()
+    dashboard = Dashboard(Hub(), port=0)
+    await dashboard.watch(bus)
+    hub = dashboard.hub
+    await bus.publish(topics.status(RUN, "main"), status(running=2), retain=True)
+    await settle(hub, lambda: RUN in hub.runs and hub.runs[RUN].live)
+    state = hub.runs[RUN]
+    hub.tick()
+    assert state.live and hub.runs_view()[0]["silent_since"] is None
+    state.heard_at -= hub_module.SILENT_AFTER_S + 1  # as if the last status came that long ago
+    hub.tick()
+    (row,) = hub.runs_view()
+    assert not row["live"] and row["silent_since"] is not None
+    charted, version = len(state.history), state.version
+    hub.tick()
+    assert (len(state.history), state.version) == (charted, version)  # not touched any more
+    with pytest.raises(Exception, match=r"not playing \(no status since"):
+        await dashboard.control(RUN, "pause")
+    await bus.publish(topics.status(RUN, "main"), status(running=2), retain=True)
+    await settle(hub, lambda: state.live)
+    assert hub.runs_view()[0]["silent_since"] is None
     await bus.close()
 
 

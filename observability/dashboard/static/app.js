@@ -16,6 +16,14 @@ function withToken(url) {
 
 const enc = encodeURIComponent;
 
+// A run that is not live: finished, or silent (its processes stopped sending their status
+// without a final one: killed outright, or its machine gone).
+function silentOrFinished(silentSince) {
+  if (silentSince == null) return h("span", { class: "badge" }, "finished");
+  const at = new Date(silentSince * 1000).toLocaleTimeString();
+  return h("span", { class: "badge bad", title: "no status since " + at + ": the run may have been killed" }, "silent since " + at);
+}
+
 function parseRoute() {
   const [path, search] = location.hash.replace(/^#/, "").split("?");
   const parts = (path || "/").split("/").filter(Boolean).map(decodeURIComponent);
@@ -129,7 +137,7 @@ class RunsView {
       h("tr", { dataset: { run: r.run } },
         h("td", {}, h("a", { href: `#/run/${enc(r.run)}` }, r.name)),
         h("td", {}, r.run),
-        h("td", {}, r.live ? h("span", { class: "badge ok" }, r.paused ? "live, paused" : "live") : h("span", { class: "badge" }, "finished")),
+        h("td", {}, r.live ? h("span", { class: "badge ok" }, r.paused ? "live, paused" : "live") : silentOrFinished(r.silent_since)),
         h("td", { class: "num run-finished" }, String(r.finished)),
         h("td", { class: "num" }, String(r.planned || r.episodes)),
         h("td", { class: "num" }, String(r.running)),
@@ -158,7 +166,7 @@ class RunView {
   update(d) {
     const s = d.status;
     this.title.textContent = `${d.name} `;
-    this.title.append(d.live ? h("span", { class: "badge ok" }, s.paused ? "paused" : "live") : h("span", { class: "badge" }, "finished"));
+    this.title.append(d.live ? h("span", { class: "badge ok" }, s.paused ? "paused" : "live") : silentOrFinished(d.silent_since));
     const planned = s.planned || s.finished + s.running;
     const share = planned ? (100 * s.finished) / planned : 0;
     clear(this.progress);
