@@ -11,9 +11,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import IO, Self
+from typing import IO, Any, Self
 
 PROJECT_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "mosquitto.conf"
 DEFAULT_HOST = "127.0.0.1"
@@ -372,6 +373,12 @@ def run_foreground(executable: str, config_path: Path, *, pid_file: Path | None 
     """Run Mosquitto with ``config_path`` until it exits or Ctrl-C (then stop it gracefully, so
     it writes its database); its exit code, 0 after Ctrl-C. ``pid_file`` holds its id meanwhile."""
     process = subprocess.Popen([executable, "-c", str(config_path)])
+    # SIGTERM (kill, a service manager) and SIGHUP (the terminal closed) stop it as Ctrl-C does:
+    # by default they would end this process at once and leave Mosquitto running, orphaned.
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, _interrupt)
     try:
         if pid_file is not None:
             write_pid_file(pid_file, process.pid)
@@ -381,11 +388,17 @@ def run_foreground(executable: str, config_path: Path, *, pid_file: Path | None 
         process.wait()
         return 0
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if process.poll() is None:  # left another way (an error): leave no broker behind
             process.terminate()
             process.wait()
         if pid_file is not None:
             remove_pid_file(pid_file, process.pid)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def handles_signals(

@@ -136,7 +136,9 @@ def test_a_broker_that_cannot_start_reports_its_log() -> None:
         shutil.rmtree(folder)
 
 
-def test_run_broker_runs_mosquitto_in_the_foreground_until_interrupted() -> None:
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_run_broker_runs_mosquitto_in_the_foreground_until_interrupted(stop: int) -> None:
+    """Ctrl-C, a kill or a closed terminal stops Mosquitto with it (none left orphaned)."""
     require(HAVE_MOSQUITTO, "Mosquitto is not installed")
     port = free_port()
     code = f"from parley.bus.broker import run_broker; raise SystemExit(run_broker(port={port}))"
@@ -147,7 +149,7 @@ def test_run_broker_runs_mosquitto_in_the_foreground_until_interrupted() -> None
             assert process.poll() is None, process.stderr.read() if process.stderr else ""
             assert time.monotonic() < deadline, "mosquitto did not come up"
             time.sleep(0.05)
-        process.send_signal(signal.SIGINT)  # Ctrl-C
+        process.send_signal(stop)
         assert process.wait(10) == 0
         assert not port_open("127.0.0.1", port)
         assert f"port {port}" in (process.stderr.read() if process.stderr else "")
