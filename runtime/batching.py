@@ -107,6 +107,12 @@ async def prefetch_first_turns(
         wanted.setdefault(client.name, (client, []))[1].append(body)
     outcomes = []
     for client, bodies in wanted.values():
+        log.warning(
+            "batch: the first turns of %d episodes go to model %s as one batch; the run waits "
+            "for it (Ctrl-C stops the run and cancels the batch)",
+            len(bodies),
+            client.name,
+        )
         outcome = await batch.fetch(client, bodies)
         outcomes.append(outcome.record())
         log.info(

@@ -7,7 +7,7 @@ import contextlib
 import os
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -475,6 +475,28 @@ def open_memory_store(
     return SQLiteEpisodeStore(Path(where.path) if where.path else folder / "memory.sqlite")
 
 
+async def _unless_stopped(
+    work: Coroutine[Any, Any, Any], scheduler: Scheduler | WorkerScheduler | RemoteScheduler
+) -> None:
+    """Await ``work`` (a batch the run waits for, hours at worst) until the run is stopped
+    (Ctrl-C: :meth:`Scheduler.stop`), which cancels it; the scheduler then ends at once."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=0.2)
+            if scheduler.stopping and not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                return
+        task.result()
+    finally:
+        if not task.done():  # this wait itself was cancelled
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
 def _endpoint_source(
     scheduler: Scheduler | WorkerScheduler | RemoteScheduler, options: EpisodeOptions
 ) -> Callable[[], list[list[dict[str, Any]]]]:
@@ -703,7 +725,10 @@ async def _run_in_folder(
 
                 # batch: true models: first turns answered through batch APIs, ahead.
                 local = isinstance(scheduler, Scheduler)
-                await prefetch_first_turns(todo, models, run_id, folder.path, local=local)
+                await _unless_stopped(
+                    prefetch_first_turns(todo, models, run_id, folder.path, local=local),
+                    scheduler,
+                )
             # What the endpoints serve, asked in the background, into run.json at the end.
             await stack.enter_async_context(provenance.endpoints_recorded(folder, models, todo))
             # The final status, with the endpoints' figures: before the pool closes.

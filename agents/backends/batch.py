@@ -156,6 +156,10 @@ async def fetch(
             else:
                 answers = await _openai(sdk, by_id, outcome, poll_max_s)
     except asyncio.CancelledError:
+        # The run was stopped while it waited (Ctrl-C): the provider is told to stop too, so
+        # the batch is not left to run (and be billed) for a run that is gone.
+        if outcome.batch_id:
+            await asyncio.shield(_cancel(sdk, provider, outcome.batch_id, client.name))
         raise
     except Exception as exc:  # any failure of the batch: its requests go live
         outcome.error = client.redact(f"{type(exc).__name__}: {exc}"[:500])
@@ -173,6 +177,19 @@ async def fetch(
             why = answer if isinstance(answer, str) else outcome.error or outcome.status
             store.missing[request_key(body)] = f"batch {outcome.batch_id or '-'}: {why}"
     return outcome
+
+
+async def _cancel(sdk: Any, provider: str, batch_id: str, model: str) -> None:
+    """Ask the provider to cancel batch ``batch_id``; a failure is logged, never raised."""
+    try:
+        async with asyncio.timeout(10.0):
+            if provider == "anthropic":
+                await sdk.messages.batches.cancel(batch_id)
+            else:
+                await sdk.batches.cancel(batch_id)
+        log.warning("batch %s of model %s: cancelled at the provider", batch_id, model)
+    except Exception as exc:
+        log.warning("batch %s of model %s could not be cancelled: %s", batch_id, model, exc)
 
 
 async def _sleep(delay: float, most: float) -> float:

@@ -67,8 +67,10 @@ class SimBatches:
         app.router.add_get("/v1/files/{id}/content", self.file_content)
         app.router.add_post("/v1/batches", self.openai_create)
         app.router.add_get("/v1/batches/{id}", self.openai_get)
+        app.router.add_post("/v1/batches/{id}/cancel", self.cancel)
         app.router.add_post("/v1/messages/batches", self.anthropic_create)
         app.router.add_get("/v1/messages/batches/{id}", self.anthropic_get)
+        app.router.add_post("/v1/messages/batches/{id}/cancel", self.cancel)
         app.router.add_get("/v1/messages/batches/{id}/results", self.anthropic_results)
 
     # --- shared -------------------------------------------------------------------------------
@@ -226,6 +228,24 @@ class SimBatches:
         self._finish(batch)
         return web.json_response(self._openai_object(batch, {}))
 
+    async def cancel(self, request: web.Request) -> web.Response:
+        """Either API's cancel: a batch still in progress ends with nothing answered."""
+        api = "anthropic" if "/messages/" in request.path else "openai"
+        refused = self._refused(request, api)
+        if refused is not None:
+            return refused
+        batch = self.batches.get(request.match_info["id"])
+        if batch is None or batch.api != api:
+            from parley.agents.backends.simserver import _error
+
+            return _error(api, 404, "not_found_error", "no such batch", {})
+        if batch.status == "in_progress":
+            batch.status = "cancelled"
+            self.server.stats["batches_cancelled"] += 1
+        if api == "anthropic":
+            return web.json_response(self._anthropic_object(batch, request))
+        return web.json_response(self._openai_object(batch, {}))
+
     @staticmethod
     def _openai_object(batch: _Batch, body: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -308,7 +328,7 @@ class SimBatches:
                 "processing": 0 if ended else len(batch.lines),
                 "succeeded": batch.ok,
                 "errored": batch.failed,
-                "canceled": 0,
+                "canceled": len(batch.lines) if batch.status == "cancelled" else 0,
                 "expired": len(batch.lines) if expired else 0,
             },
             "ended_at": stamp if ended else None,

@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from parley.agents.backends.simserver import SimServerProcess
+from parley.records import RecordedRun
 from parley.runtime.config import load_config
 from parley.runtime.reports.pairings import usage_table
 from tests.backends.conftest import model, play, transcript
@@ -135,3 +141,51 @@ async def test_what_a_batch_did_not_answer_is_asked_live(
     assert (fallbacks, served) == (live_calls, len(SEEDS) - live_calls)
     (one,) = json.loads((tmp_path / "batch" / "batch.json").read_text())["batches"]
     assert one["fallback"] == live_calls
+
+
+@pytest.mark.parametrize("backend", ["openai", "anthropic"])
+def test_ctrl_c_while_a_batch_is_awaited_stops_the_run_and_cancels_the_batch(
+    sim: SimServerProcess, tmp_path: Path, backend: str
+) -> None:
+    """A batch may take hours: the run says it waits for it, and the first Ctrl-C ends the run
+    (nothing played) and cancels the batch at the provider."""
+    sim.configure(models={"qa-m": {"rules": QA_RULES}}, batch={"delay_s": 3600})
+    sim.reset()
+    entry = model(sim, "qa-m", backend, images=False, batch=True)
+    config = tmp_path / "batch.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "name": "batch",
+                "models": {"qa": entry},
+                "games": [
+                    {
+                        "game": GAME,
+                        "seeds": SEEDS,
+                        "pairings": [{"player": "qa"}],
+                        "settings": {"variant": "text"},
+                    }
+                ],
+            }
+        )
+    )
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "parley.runtime.cli", "run", str(config), "--out", str(out)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while sim.stats().get("batches", 0) < 1:
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "no batch was sent"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(30) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+    said = " ".join((process.stderr.read() if process.stderr else "").split())
+    assert "the run waits for it (Ctrl-C stops the run and cancels the batch)" in said
+    assert "cancelled at the provider" in said and "Traceback" not in said
+    assert sim.stats().get("batches_cancelled") == 1
+    assert sim.stats().get("requests", 0) == 1  # the pre-run check only: no first turn went live
+    assert not RecordedRun(out).records()  # stopped before any episode: --resume plays all
