@@ -309,19 +309,9 @@ async def test_leak_flags_from_a_run_folder(tmp_path: Path) -> None:
     )
     line = (said.model_dump_json() + "\n").encode()
     (folder / "transcripts.jsonl").write_bytes(b"{}\n" + line)
-    record = {
-        "schema": 2,
-        "episode": "e1",
-        "game": "comma.atm",
-        "seed": 0,
-        "turns": 1,
-        "pairing": {"solver": "m", "expert": "m"},
-        "outcome": "success",
-        "main_score": 100.0,
-        "private_facts": {"solver": {"pin": "4821"}},
-        "transcript": {"offset": 3, "length": len(line)},
-    }
-    (folder / "episodes.jsonl").write_text(json.dumps(record) + "\n")
+    facts = {"private_facts": {"solver": {"pin": "4821"}}}
+    where = {"transcript": {"offset": 3, "length": len(line)}}
+    (folder / "episodes.jsonl").write_text(_folder_record("e1", **facts, **where))
     hub = Hub()
     state = hub.follow(folder)
     assert state is not None

@@ -94,13 +94,7 @@ def test_a_folder_where_the_records_file_goes_is_no_run_folder(
     shutil.copytree(run_folder, folder)
     (folder / "episodes.jsonl").unlink()
     (folder / "episodes.jsonl").mkdir()
-    for command in (
-        ["report", str(folder)],
-        ["leaks", str(folder)],
-        ["errors", str(folder)],
-        ["export", str(folder), "--out", str(tmp_path / "tables")],
-        ["dashboard", "--export", str(folder)],
-    ):
+    for command in readers_of(folder, tmp_path):
         done = parley(*command)
         _refused(done, 2, "is not a run folder (no episodes.jsonl file)")
     _refused(parley("leaks"), 2, "name a run folder")
@@ -217,6 +211,17 @@ def run_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def readers_of(folder: Path, tmp_path: Path) -> list[list[str]]:
+    """Every command that reads a run folder whole, on ``folder``."""
+    return [
+        ["report", str(folder)],
+        ["leaks", str(folder)],
+        ["errors", str(folder)],
+        ["export", str(folder), "--out", str(tmp_path / "tables")],
+        ["dashboard", "--export", str(folder)],
+    ]
+
+
 def test_readers_of_a_run_folder_read_past_damaged_lines(run_folder: Path, tmp_path: Path) -> None:
     folder = tmp_path / "damaged"
     shutil.copytree(run_folder, folder)
@@ -236,13 +241,7 @@ def test_readers_of_a_run_folder_read_past_damaged_lines(run_folder: Path, tmp_p
     transcripts.write_bytes(b"\n".join(lines))
     with (folder / "episodes.jsonl").open("ab") as f:
         f.write(b"\xfe\xff not a record\n")
-    for command in (
-        ["report", str(folder)],
-        ["leaks", str(folder)],
-        ["errors", str(folder)],
-        ["export", str(folder), "--out", str(tmp_path / "tables")],
-        ["dashboard", "--export", str(folder)],
-    ):
+    for command in readers_of(folder, tmp_path):
         done = parley(*command)
         assert done.returncode == 0, done.stderr
         assert "Traceback" not in done.stderr + done.stdout
@@ -286,13 +285,7 @@ def test_records_of_the_wrong_shape_are_damaged_lines_to_every_reader(
                 record[field] = value
             f.write(json.dumps(record) + "\n")
     skipped = f"skipped {len(WRONG_SHAPES)} damaged lines"
-    for command in (
-        ["report", str(folder)],
-        ["leaks", str(folder)],
-        ["errors", str(folder)],
-        ["export", str(folder), "--out", str(tmp_path / "tables")],
-        ["dashboard", "--export", str(folder)],
-    ):
+    for command in readers_of(folder, tmp_path):
         done = parley(*command)
         assert done.returncode == 0, done.stderr
         assert "Traceback" not in done.stderr + done.stdout
