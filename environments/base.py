@@ -34,7 +34,8 @@ class Settings(BaseModel):
             variant: Literal["image", "text"] = "image"
     """
 
-    model_config = ConfigDict(extra="forbid")
+    # No infinities, as in the run's config: a number setting is a finite number.
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class VariantSettings(Settings):

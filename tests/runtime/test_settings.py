@@ -13,7 +13,7 @@ import tests.runtime.faulty_game  # noqa: F401  (registers test.counter, a dict-
 from parley.environments import registry
 from parley.environments.base import Settings
 from parley.environments.registry import GameInfo
-from parley.runtime.config import ConfigError, load_config
+from parley.runtime.config import ConfigError, load_config, settings_problems
 from parley.runtime.experiment import expand
 from tests.runtime.faulty_game import CounterMaster, instance
 
@@ -138,3 +138,15 @@ def test_a_text_only_model_needs_a_text_variant_the_other_settings_allow() -> No
     value, expected = problems["games.0.pairings.0.describer"]
     assert value == "txt"
     assert "text variant" in expected and "'pentomino' has pictures only" in expected
+
+
+def test_a_number_setting_must_be_finite() -> None:
+    """A game's float setting refuses .inf as the run's config does (it would pass ``ge=0``
+    and every other bound, then overflow or never end wherever the game uses it)."""
+
+    class Paced(Settings):
+        delay_s: float = Field(0.5, ge=0.0)
+
+    assert Paced.model_validate({"delay_s": 2.5}).delay_s == 2.5
+    (problem,) = settings_problems("test.paced", Paced, {"delay_s": float("inf")}, "games.0")
+    assert problem[0] == "games.0.delay_s" and "finite number" in problem[2]
