@@ -31,6 +31,7 @@ from typing import Any
 
 from parley.memory.across import record_memory_keys
 from parley.records import RecordedRun, read_records
+from parley.user_files import JsonLinesError, read_json_objects
 
 # --- text normalisation ---------------------------------------------------------------------------
 
@@ -746,21 +747,12 @@ def load_labelled(path: str | Path | None = None) -> list[dict[str, Any]]:
     optional ``split``. Raises :class:`LabelledSetError` naming the file and line."""
     file = Path(path) if path else LABELLED
     try:
-        lines = file.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-        raise LabelledSetError(f"{file}: cannot be read ({why or exc})") from None
-    items = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except ValueError:
-            raise LabelledSetError(f"{file}, line {number}: not JSON") from None
+        lines = read_json_objects(file, "a labelled utterance")
+    except JsonLinesError as exc:
+        raise LabelledSetError(f"{file}: {exc}") from None
+    for number, item in lines:
         if not (
-            isinstance(item, dict)
-            and isinstance(item.get("text"), str)
+            isinstance(item.get("text"), str)
             and isinstance(item.get("facts"), dict)
             and all(isinstance(v, str) for v in item["facts"].values())
             and isinstance(item.get("leaks"), list)
@@ -771,8 +763,7 @@ def load_labelled(path: str | Path | None = None) -> list[dict[str, Any]]:
                 f"{file}, line {number}: not a labelled utterance (an object with text, "
                 "facts: {fact: value}, leaks: [fact, ...] and an optional split)"
             )
-        items.append(item)
-    return items
+    return [item for _, item in lines]
 
 
 LABELLED = Path(__file__).with_name("leaks_labelled.jsonl")

@@ -8,6 +8,7 @@ import os
 import shlex
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +253,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         say_error(f"every episode of {', '.join(dead)} ended in error: none of its episodes played")
     elif ended and all(r["outcome"] == "error" for r in ended):
         dead = ["the run"]  # a game or player that cannot start: nothing played at all
-        console.print("[red]every episode ended in error: none played[/]", highlight=False)
+        say_error("every episode ended in error: none played")
     if reasons:
         console.print(
             f"once the cause is fixed, play them again with: {resume} --retry-errors",
@@ -389,7 +390,7 @@ async def bus_problem(url: str, timeout_s: float = 10.0) -> str | None:
 def _cmd_instances(args: argparse.Namespace) -> int:
 
     from parley.environments import registry
-    from parley.runtime.config import override_value, settings_problems
+    from parley.runtime.config import settings_problems
     from parley.runtime.experiment import write_instances
 
     try:
@@ -397,10 +398,7 @@ def _cmd_instances(args: argparse.Namespace) -> int:
     except KeyError as exc:
         say_error(str(exc.args[0]))
         return 2
-    values: dict[str, Any] = {}
-    for item in args.set:
-        key, _, value = item.partition("=")
-        values[key] = override_value(item, value)
+    values = _settings_given(args.set)
     assert info.settings is not None
     problems = settings_problems(args.game, info.settings, values, "--set")
     if problems:
@@ -425,12 +423,23 @@ def _positive(value: str) -> int:
     return number
 
 
+def _settings_given(overrides: list[str]) -> dict[str, Any]:
+    """``--set key=value`` settings of one game, values read as YAML (one line when not)."""
+    from parley.runtime.config import override_value
+
+    given = {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        given[key] = override_value(item, value)
+    return given
+
+
 def _cmd_check_game(args: argparse.Namespace) -> int:
     import fnmatch
 
     from parley.environments import registry
     from parley.runtime.checkgame import check_game
-    from parley.runtime.config import override_value, settings_problems
+    from parley.runtime.config import settings_problems
 
     games = registry.all_games()
     names: list[str] = []
@@ -440,9 +449,7 @@ def _cmd_check_game(args: argparse.Namespace) -> int:
             say_error(f"no game matches {pattern!r}; {registry.known_games_hint()}")
             return 2
         names += [name for name in matched if name not in names]
-    values = {
-        key: override_value(s, value) for s in args.set for key, _, value in [s.partition("=")]
-    }
+    values = _settings_given(args.set)
     failed = []
     for name in names:
         info = games[name]
@@ -535,7 +542,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     try:
         written = export(run, args.format, args.out)
     except ExportError as exc:
-        console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        say_error(str(exc))
         return 2
     for path in written:
         console.print(f"written {path}", highlight=False, soft_wrap=True)
@@ -643,15 +650,13 @@ def _cmd_errors(args: argparse.Namespace) -> int:
     from parley.agents.backends.spec import ModelSpec
     from parley.observability.judge import judge_run, write_verdicts
     from parley.runtime.reports.analysis import judge_text
-    from parley.yaml_files import YamlFileError, read_mapping
+    from parley.user_files import YamlFileError, read_mapping
 
     source = Path(args.models) if args.models else run / "config.yaml"
     try:
         loaded = read_mapping(source)
     except YamlFileError as exc:
-        console.print(
-            f"--models {source}: {exc}", style="red", markup=False, highlight=False, soft_wrap=True
-        )
+        say_error(f"--models {source}: {exc}")
         return 2
     registry = loaded.get("models") or {}
     if args.judge not in registry:
@@ -730,19 +735,23 @@ def _header(value: str) -> tuple[str, str]:
     return name.strip(), text
 
 
-def _port(value: str) -> int:
-    number = int(value) if value.isdigit() else -1
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {value!r}")
-    return number
+def _port_from(lowest: int) -> Callable[[str], int]:
+    """An argparse type: a port number from ``lowest`` to 65535."""
+
+    def port(value: str) -> int:
+        number = int(value) if value.isdigit() else -1
+        if not lowest <= number <= 65535:
+            raise argparse.ArgumentTypeError(
+                f"expected a port number {lowest}-65535, got {value!r}"
+            )
+        return number
+
+    return port
 
 
-def _listener_port(value: str) -> int:
-    """A port a broker listens on: one it can be told about (0, any free one, cannot be)."""
-    number = int(value) if value.isdigit() else 0
-    if not 1 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 1-65535, got {value!r}")
-    return number
+_port = _port_from(0)  # 0: any free one
+# A port a broker listens on: one it can be told about (0, any free one, cannot be).
+_listener_port = _port_from(1)
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
@@ -760,7 +769,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 
         args.bus = worker_url(None, args.credentials)
     if not args.bus and not args.runs:
-        console.print("[red]parley dashboard needs --bus mqtt://host:port, --runs DIR, or both[/]")
+        say_error("parley dashboard needs --bus mqtt://host:port, --runs DIR, or both")
         return 2
     if args.runs and not Path(args.runs).is_dir():
         say_error(f"--runs {args.runs}: no such folder")
@@ -783,13 +792,13 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 def _cmd_broker(args: argparse.Namespace) -> int:
     if args.secure is None:
         if args.seat or args.rotate or args.revoke or args.host or args.hostname:
-            console.print("[red]--seat, --rotate, --revoke, --host and --hostname need --secure[/]")
+            say_error("--seat, --rotate, --revoke, --host and --hostname need --secure")
             return 2
         from parley.bus.broker import run_broker
 
         return run_broker(args.config, args.port)
     if args.config:
-        console.print("[red]--secure DIR writes its own config: leave out --config[/]")
+        say_error("--secure DIR writes its own config: leave out --config")
         return 2
     from parley.bus.secure import main as secure_broker
 
@@ -1125,14 +1134,14 @@ def main(argv: list[str] | None = None) -> int:
         _warn_broken_plugins()
     try:
         return int(args.fn(args) or 0)
-    except ConfigError as exc:  # its text quotes the user's values: no markup read in it
-        console.print(str(exc), style="red", markup=False, highlight=False)
+    except ConfigError as exc:
+        say_error(str(exc))
         return 2
     except NewerSchema as exc:  # any command reading a folder of a newer parley (resume too)
-        console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        say_error(str(exc))
         return 2
     except MemoryStoreError as exc:  # a run's memory_store: a damaged file, a folder …
-        console.print(str(exc), style="red", markup=False, highlight=False, soft_wrap=True)
+        say_error(str(exc))
         return 1
 
 

@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from parley.agents.backends.spec import ModelSpec
-from parley.yaml_files import YamlFileError, read_mapping
+from parley.user_files import YamlFileError, read_mapping
 
 BUILTIN_PLAYERS = ("scripted", "random", "human")
 # Short forms of built-in players with a setting: ``human-browser`` is a person at a dashboard seat.

@@ -23,6 +23,7 @@ from parley.runtime.config import (
     PlayerSpec,
     settings_problems,
 )
+from parley.user_files import JsonLinesError, read_json_objects
 
 
 class EpisodeSpec(BaseModel):
@@ -230,28 +231,14 @@ def read_instances(path: str | Path) -> list[dict[str, Any]]:
     has one, is a whole number. Raises :class:`InstancesFileError` naming the first line that
     is not one, or why the file cannot be read."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InstancesFileError("not UTF-8 text") from None
-    except OSError as exc:
-        raise InstancesFileError(f"cannot be read: {exc.strerror or exc}") from None
-    instances = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            instance = json.loads(line)
-        except ValueError as exc:
-            raise InstancesFileError(f"line {number} is not JSON: {exc}") from None
-        if not isinstance(instance, dict):
-            raise InstancesFileError(
-                f"line {number} is a JSON {type(instance).__name__}, not an object (an instance)"
-            )
+        lines = read_json_objects(path, "an instance")
+    except JsonLinesError as exc:
+        raise InstancesFileError(str(exc)) from None
+    for number, instance in lines:
         seed = instance.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise InstancesFileError(f"line {number}: seed {seed!r} is not a whole number")
-        instances.append(instance)
-    return instances
+    return [instance for _, instance in lines]
 
 
 def write_instances(path: str | Path, instances: list[dict[str, Any]]) -> None:

@@ -37,7 +37,7 @@ from parley.records import upgrade as upgrade
 from parley.runtime import provenance
 from parley.runtime.config import ConfigError, ExperimentConfig, redacted
 from parley.runtime.episode import EpisodeResult
-from parley.yaml_files import YamlFileError, read_mapping
+from parley.user_files import YamlFileError, read_mapping
 
 log = logging.getLogger("parley.runtime.results")
 # An image part in a transcript line names its image by hash.

@@ -50,7 +50,7 @@ from parley.agents.backends.spec import is_reasoning_name
 from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.records import loads
 from parley.tokens import count_tokens
-from parley.yaml_files import YamlFileError, read_mapping
+from parley.user_files import YamlFileError, read_mapping
 
 IMAGE_TOKENS = 85  # what one image counts for in the reported usage
 MAX_ARRIVALS = 1_000_000  # request arrival times kept since a reset (for /sim/stats)

@@ -133,7 +133,6 @@ class Followed:
     path: Path
     offset: int = 0
     run: str = ""
-    failed: bool = False  # a record of it could not be shown (said once)
 
 
 class RunState:
@@ -530,7 +529,7 @@ class Hub:
     def poll_folders(self) -> None:
         """Read what was appended to the followed folders' ``episodes.jsonl`` since last time."""
         for followed in list(self.folders.values()):
-            self.poll_folder(followed)  # never raises: one folder never holds up the others
+            self.poll_folder(followed)
 
     def poll_folder(self, followed: Followed) -> int:
         """New complete records of one folder, at most :data:`READ_CHUNK` bytes of them."""
@@ -554,19 +553,7 @@ class Hub:
             record = parse_record(line)
             if record is None:  # a damaged line (parley.records warns of it when read whole)
                 continue
-            try:
-                self._recorded(state, upgrade(record), offset)
-            except Exception as exc:  # shown without it; the folder goes on being read
-                if not followed.failed:
-                    followed.failed = True
-                    log.warning(
-                        "dashboard: %s: the record at byte %d is not shown (%s: %s)",
-                        path,
-                        offset,
-                        type(exc).__name__,
-                        exc,
-                    )
-                continue
+            self._recorded(state, upgrade(record), offset)
             count += 1
         followed.offset += end + 1
         if count:

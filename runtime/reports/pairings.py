@@ -16,7 +16,7 @@ from parley.agents.backends.spec import PriceSpec
 from parley.records import main_score
 from parley.runtime.report import fmt, markdown_table, mean
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
-from parley.yaml_files import YamlFileError, read_mapping
+from parley.user_files import YamlFileError, read_mapping
 
 
 def _metrics(records: list[dict[str, Any]]) -> list[str]:

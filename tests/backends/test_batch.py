@@ -32,22 +32,24 @@ QA_RULES = [{"match": r"What is in cell ([A-C])", "reply": r"Answer: \1"}]
 PRICE = {"input_per_mtok": 1000.0, "output_per_mtok": 4000.0}
 
 
-def _config(sim: SimServerProcess, backend: str, batch: bool) -> Any:
+def _config_data(sim: SimServerProcess, backend: str, batch: bool) -> dict[str, Any]:
     entry = model(sim, "qa-m", backend, images=False, price=PRICE, batch=batch)
-    return load_config(
-        {
-            "name": "batch",
-            "games": [
-                {
-                    "game": GAME,
-                    "seeds": SEEDS,
-                    "pairings": [{"player": "qa"}],
-                    "settings": {"variant": "text"},
-                }
-            ],
-            "models": {"qa": entry},
-        }
-    )
+    return {
+        "name": "batch",
+        "games": [
+            {
+                "game": GAME,
+                "seeds": SEEDS,
+                "pairings": [{"player": "qa"}],
+                "settings": {"variant": "text"},
+            }
+        ],
+        "models": {"qa": entry},
+    }
+
+
+def _config(sim: SimServerProcess, backend: str, batch: bool) -> Any:
+    return load_config(_config_data(sim, backend, batch))
 
 
 def _by_seed(records: list[dict[str, Any]]) -> dict[int, tuple[Any, ...]]:
@@ -151,24 +153,8 @@ def test_ctrl_c_while_a_batch_is_awaited_stops_the_run_and_cancels_the_batch(
     (nothing played) and cancels the batch at the provider."""
     sim.configure(models={"qa-m": {"rules": QA_RULES}}, batch={"delay_s": 3600})
     sim.reset()
-    entry = model(sim, "qa-m", backend, images=False, batch=True)
     config = tmp_path / "batch.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "name": "batch",
-                "models": {"qa": entry},
-                "games": [
-                    {
-                        "game": GAME,
-                        "seeds": SEEDS,
-                        "pairings": [{"player": "qa"}],
-                        "settings": {"variant": "text"},
-                    }
-                ],
-            }
-        )
-    )
+    config.write_text(yaml.safe_dump(_config_data(sim, backend, batch=True)))
     out = tmp_path / "run"
     command = [sys.executable, "-m", "parley.runtime.cli", "run", str(config), "--out", str(out)]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)

@@ -128,11 +128,11 @@ async def test_parley_leaks_finds_the_pin_told_to_the_expert(
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        (None, "cannot be read (Is a directory)"),
-        (b"\xff\xfe", "cannot be read (not UTF-8 text)"),
-        (b'{"text": "hi"', "line 1: not JSON"),
+        (None, "cannot be read: Is a directory"),
+        (b"\xff\xfe", "cannot be read: not UTF-8 text"),
+        (b'{"text": "hi"', "line 1 is not JSON"),
         (b'\n{"text": "hi"}\n', "line 2: not a labelled utterance"),
-        (b"[1, 2]\n", "line 1: not a labelled utterance"),
+        (b"[1, 2]\n", "line 1 is a JSON list, not an object (a labelled utterance)"),
         (b'{"text": "hi", "facts": {"pin": 1234}, "leaks": []}\n', "line 1: not a labelled"),
     ],
 )
@@ -148,4 +148,4 @@ def test_a_labelled_set_that_cannot_be_read_is_one_line(
     said = " ".join(capsys.readouterr().err.split())
     assert said.startswith(f"--eval {path}") and says in said, said
     assert main(["leaks", "--eval", str(tmp_path / "none.jsonl")]) == 2
-    assert "cannot be read (No such file or directory)" in capsys.readouterr().err
+    assert "cannot be read: No such file or directory" in capsys.readouterr().err

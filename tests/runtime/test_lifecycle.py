@@ -462,7 +462,7 @@ async def test_instances_written_to_jsonl_play_as_their_seeds(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("content", "says"),
     [
-        (b"\xff\xfe\n", "not UTF-8 text"),
+        (b"\xff\xfe\n", "cannot be read: not UTF-8 text"),
         (b'{"seed": 1}\n[1]\n', "line 2 is a JSON list, not an object (an instance)"),
         (b'{"seed": 1}\n{broken\n', "line 2 is not JSON: Expecting property name"),
         (b'{"seed": "abc"}\n', "line 1: seed 'abc' is not a whole number"),
