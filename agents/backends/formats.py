@@ -20,6 +20,9 @@ from parley.tokens import count_tokens
 
 IMAGE_TOKENS = 85  # a rough per-image cost, for the context-size check only
 TURN_PROMPT = "(Your turn.)"
+# Opens a conversation whose history starts with the model's own reply: chat APIs and
+# templates want the first turn after the system text to be the user's.
+OPENER = "(The conversation so far.)"
 NO_IMAGES = "[image left out: this model takes no images]"
 EARLIER_IMAGE = "[earlier image left out: over this model's image limit]"
 MISSING_IMAGE = "[image not available]"
@@ -306,8 +309,11 @@ Block = tuple[str, str] | tuple[str, str, str]  # ("text", text) | ("image", b64
 def prepare(
     messages: list[PromptMessage], spec: ModelSpec
 ) -> tuple[str, list[tuple[str, list[Block]]], ImageReport]:
-    """System text, then (role, blocks) with same-role neighbours merged, images scaled and
-    limited for ``spec``; a last message that is not the user's gets a short turn prompt."""
+    """System text, then (role, blocks) that alternate user/assistant from a user turn, as
+    every chat API and template accepts: same-role neighbours merged, a history that opens
+    with the model's own reply preceded by a neutral opener, a last message that is not the
+    user's followed by a short turn prompt; images scaled and limited for ``spec`` (a note
+    in their place for a model that takes none)."""
     report = ImageReport()
     system_parts: list[str] = []
     keep_from = 0
@@ -350,6 +356,8 @@ def prepare(
             out[-1][1].extend(blocks)
         else:
             out.append((message.role, blocks))
+    if out and out[0][0] != "user":
+        out.insert(0, ("user", [("text", OPENER)]))
     if not out or out[-1][0] != "user":
         out.append(("user", [("text", TURN_PROMPT)]))
     return "\n\n".join(system_parts), out, report
@@ -364,13 +372,20 @@ def estimate_tokens(system: str, turns: list[tuple[str, list[Block]]]) -> int:
 
 
 def fit_max_tokens(
-    params: GenerationParams, spec: ModelSpec, system: str, turns: list[tuple[str, list[Block]]]
+    params: GenerationParams,
+    spec: ModelSpec,
+    system: str,
+    turns: list[tuple[str, list[Block]]],
+    estimate: int | None = None,
 ) -> int:
-    """``max_tokens``, lowered so that prompt + reply fit the model's context (if declared)."""
+    """``max_tokens``, lowered so that prompt + reply fit the model's context (if declared);
+    ``estimate``: the prompt's tokens, where already counted."""
     if spec.context_size is None:
         return params.max_tokens
+    if estimate is None:
+        estimate = estimate_tokens(system, turns)
     # The estimate is approximate (±15 %): leave that much room.
-    room = spec.context_size - int(estimate_tokens(system, turns) * 1.15)
+    room = spec.context_size - int(estimate * 1.15)
     return max(16, min(params.max_tokens, room))
 
 
@@ -580,10 +595,6 @@ def anthropic_body(
     max_tokens: int,
     stream: bool,
 ) -> dict[str, Any]:
-    if turns and turns[0][0] != "user":
-        # The messages API starts with the user; history that opens with our own reply gets a
-        # neutral opener.
-        turns = [("user", [("text", "(The conversation so far.)")]), *turns]
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
