@@ -69,8 +69,7 @@ def tiny_model(server: LlamaServerProcess, **extra: Any) -> dict[str, Any]:
         "base_url": server.openai_url,
         "images": False,
         "context_size": server.n_ctx,
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0.0,
+        "params": {"max_tokens": MAX_TOKENS, "temperature": 0.0},
         **extra,
     }
 
