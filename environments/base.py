@@ -65,6 +65,7 @@ class ReasonCode(StrEnum):
     OPERATOR_ABORT = "operator_abort"  # the runtime: someone aborted it (a dashboard's Control)
     TURN_TIMEOUT = "turn_timeout"  # the runtime: a human seat left a turn unanswered too long
     HUMAN_LEFT = "human_left"  # the runtime: a human's seat stayed empty past its rejoin time
+    CONTEXT_EXCEEDED = "context_exceeded"  # the runtime: a prompt over the model's context
 
 
 # The code an ending gets when the game master names none (games written before codes).

@@ -4,7 +4,7 @@ functions, models from the backends."""
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from parley.agents.backends.policy import LlmPolicy
@@ -42,9 +42,16 @@ def builtin_policy(
 
 
 def make_policy(
-    player: PlayerSpec, role: str, game: GameInfo, rng_key: str, models: ModelPool | Any
+    player: PlayerSpec,
+    role: str,
+    game: GameInfo,
+    rng_key: str,
+    models: ModelPool | Any,
+    draw: Mapping[str, Any] | None = None,
 ) -> Policy:
-    """The policy for ``role``; ``rng_key`` seeds scripted and random play deterministically.
+    """The policy for ``role``; ``rng_key`` seeds scripted and random play deterministically,
+    ``draw`` (the episode's seed and repetition) sets a model's sampled replies apart in the
+    response cache.
 
     ``models`` is the run's :class:`ModelPool` (clients shared by every episode, see
     :func:`parley.runtime.launch.open_models`); given the bare registry instead (a dict of specs), the
@@ -63,7 +70,7 @@ def make_policy(
         return llm_factory(player, role, game, models)
     assert player.model is not None
     if isinstance(models, ModelPool):
-        return models.policy(player.model, player.params, role)
+        return models.policy(player.model, player.params, role, draw)
     return _own_policy(player, role, models or {})
 
 

@@ -222,12 +222,13 @@ async def probe_endpoint(
         models_url = f"{url.rstrip('/')}/models"
         if key:
             headers["Authorization"] = f"Bearer {key}"
-    # Both at once, so one endpoint takes at most ENDPOINT_TIMEOUT_S.
-    (models, error), (version, _) = await asyncio.gather(
+    # All at once, so one endpoint takes at most ENDPOINT_TIMEOUT_S.
+    (models, error), (version, _), server = await asyncio.gather(
         _get_json(session, models_url, headers),
         _get_json(session, f"{_root(url)}/version", headers)
         if spec.backend == "openai"
         else _nothing(),
+        _server(spec, url, headers),
     )
     entry: dict[str, Any] = {"url": masked_url(url)}
     if error is None and isinstance(models, dict) and isinstance(models.get("data"), list):
@@ -245,7 +246,18 @@ async def probe_endpoint(
         # An error's text may quote the URL or the key: stored as the URL is, masked.
         entry["error"] = error.replace(url, masked_url(url)).replace(key or "\0", "***")
     entry["version"] = version.get("version") if isinstance(version, dict) else None
+    entry["server"] = server
     return entry
+
+
+async def _server(spec: ModelSpec, url: str, headers: Mapping[str, str]) -> dict[str, Any]:
+    """What the endpoint is (agents/backends/dialect.py), as the run's model calls see it."""
+    from parley.agents.backends import dialect
+
+    info = dialect.known(spec.backend, url, spec.dialect)
+    if info is None:
+        info, _ = await dialect.probe(spec.backend, url, spec.model, headers)
+    return info.record()
 
 
 async def probe_endpoints(

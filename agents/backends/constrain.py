@@ -5,13 +5,19 @@ stand: a COMMA solver's action name, a board game's bare move. With ``constrain:
 legal_actions`` a model is asked to answer with exactly one of them, through what its server
 offers:
 
-- ``choice`` (the default for self-hosted servers): vLLM's ``structured_outputs:
-  {"choice": [...]}`` (vLLM 0.10.2 and later, the pinned 0.11 included; ``guided_choice``
-  for older servers — deprecated in 0.10.2, removed in 0.12);
+- ``choice``: vLLM's ``structured_outputs: {"choice": [...]}`` (vLLM 0.10.2 and later, the
+  pinned 0.11 included; ``guided_choice`` for older servers — deprecated in 0.10.2, removed
+  in 0.12);
 - ``regex``: ``structured_outputs: {"regex": "(?:a|b|…)"}`` (older: ``guided_regex``);
-- ``json_schema`` (the default for api.openai.com): OpenAI's ``response_format`` with a JSON
-  schema whose one field is an enum of the actions; the reply ``{"action": "e2e4"}`` is turned
-  back into ``e2e4`` before the game reads it (the raw reply stays in the transcript).
+- ``json_schema``: OpenAI's ``response_format`` with a JSON schema whose one field is an enum
+  of the actions; the reply ``{"action": "e2e4"}`` is turned back into ``e2e4`` before the
+  game reads it (the raw reply stays in the transcript).
+
+``constrain_via: auto`` (the default) takes the form the endpoint's dialect honours
+(dialect.py): ``choice`` for vLLM, ``json_schema`` for every other server, an unknown one
+included — a server ignores fields it does not know, so a form it does not take would leave
+the reply free while the record said it was held. A reply outside the legal set under a
+constraint that was sent is flagged ``constraint_honoured: false`` in its call record.
 
 A turn without legal actions (a dialogue turn, a question with a free answer) cannot be held:
 the request goes out free, its call record says why, and the log says so once per model and
@@ -37,18 +43,28 @@ Via = Literal["choice", "regex", "guided_choice", "guided_regex", "json_schema"]
 ViaSetting = Literal["auto", "choice", "regex", "guided_choice", "guided_regex", "json_schema"]
 JSON_FIELD = "action"
 SCHEMA_NAME = "legal_action"
-# Hosts whose chat completions take OpenAI's json_schema but not vLLM's fields.
-_OPENAI_HOSTS = ("api.openai.com",)
 
 _warned: set[tuple[str, str, str]] = set()
 
 
 @dataclass(frozen=True)
 class Constraint:
-    """What one request's reply is held to: one of ``choices``, sent the ``via`` way."""
+    """What one request's reply is held to: one of ``choices``, sent the ``via`` way
+    (``auto`` until the endpoint's dialect says which: :meth:`resolved`)."""
 
     choices: tuple[str, ...]
-    via: Via
+    via: ViaSetting
+
+    def resolved(self, form: Via | None) -> Constraint | None:
+        """This constraint in the form the server takes (``form``, its dialect's), where
+        ``via`` is ``auto``; None when the server takes none."""
+        if self.via != "auto":
+            return self
+        return None if form is None else Constraint(self.choices, form)
+
+    def honoured(self, text: str) -> bool:
+        """Whether the reply the game reads (after :meth:`unwrap`) is one of the choices."""
+        return text.strip() in self.choices
 
     def regex(self) -> str:
         """A regular expression that matches exactly the choices."""
@@ -101,16 +117,12 @@ class Constraint:
         return {"constrained": True, "constraint": {"via": self.via, "choices": len(self.choices)}}
 
 
-def resolve_via(setting: str, backend: str, base_urls: list[str]) -> Via | None:
-    """How a model takes the constraint: ``setting`` unless ``auto``; ``json_schema`` for
-    OpenAI's own API, ``choice`` for other OpenAI-compatible servers; None for Anthropic."""
+def resolve_via(setting: str, backend: str) -> ViaSetting | None:
+    """How a model takes the constraint: ``setting`` (``auto``: the form its endpoint's
+    dialect honours, settled when the request is sent); None for Anthropic."""
     if backend != "openai":
         return None
-    if setting != "auto":
-        return setting  # type: ignore[return-value]
-    if base_urls and all(any(h in url for h in _OPENAI_HOSTS) for url in base_urls):
-        return "json_schema"
-    return "choice"
+    return setting  # type: ignore[return-value]
 
 
 def for_turn(
@@ -118,7 +130,6 @@ def for_turn(
     legal_actions: list[str],
     *,
     backend: str,
-    base_urls: list[str],
     via: str = "auto",
     model: str = "",
     role: str = "",
@@ -131,7 +142,7 @@ def for_turn(
     """
     if mode != "legal_actions":
         return None, {}
-    how = resolve_via(via, backend, base_urls)
+    how = resolve_via(via, backend)
     if how is None:
         why = f"the {backend} API takes no constraint on the reply"
     elif not legal_actions:
@@ -145,6 +156,22 @@ def for_turn(
         _warned.add(key)
         log.warning("constrain: legal_actions: model %s as %s replies free: %s", model, role, why)
     return None, {"constrained": False, "constraint": why}
+
+
+def not_honoured(model: str, role: str, sent: Constraint) -> None:
+    """Say once per model and role that the server answered outside a constraint it was sent
+    (it ignored the field, or does not support the form)."""
+    key = (model, role, f"not honoured: {sent.via}")
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(
+            "constrain: legal_actions: model %s as %s answered outside the legal actions "
+            "although the constraint was sent (%s): the server does not honour it; set "
+            "constrain_via or dialect for this model",
+            model,
+            role,
+            sent.via,
+        )
 
 
 # --- the stand-in server's side ---------------------------------------------------------------

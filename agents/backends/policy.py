@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from parley.agents.backends import constrain
@@ -29,10 +29,14 @@ class LlmPolicy:
         role: str = "",
         name: str = "",
         unavailable: str | None = None,
+        draw: Mapping[str, Any] | None = None,
     ) -> None:
         self.client = client
         self.params = params
         self.role = role
+        # What makes this episode's requests a draw of their own (its seed and repetition):
+        # part of the response cache's key unless sampling is greedy.
+        self.draw = dict(draw) if draw else None
         self.name = name or (client.name if client is not None else "")
         self._unavailable = unavailable
         # Set when this policy owns its clients (no run-wide pool): closes them.
@@ -47,12 +51,22 @@ class LlmPolicy:
         if self.client is None:
             raise ModelUnavailable(self._unavailable or f"model {self.name} is unavailable")
         constraint, held = self.constraint(prompt)
-        done = await self.client.complete(prompt.messages(), self.params, constraint=constraint)
+        done = await self.client.complete(
+            prompt.messages(), self.params, constraint=constraint, draw=self.draw
+        )
         reply = done.reply
-        if held and done.calls:
-            done.calls[0].update(held)
+        if constraint is None and held and done.calls:
+            done.calls[0].update(held)  # asked for, and why it could not be held
+        text = reply.text
+        sent = done.constraint
+        if sent is not None:
+            text = sent.unwrap(text)
+            if not sent.honoured(text) and done.calls:
+                # The server was sent the constraint and answered outside it anyway.
+                done.calls[-1]["constraint_honoured"] = False
+                constrain.not_honoured(self.name, self.role, sent)
         return Decision(
-            text=constraint.unwrap(reply.text) if constraint is not None else reply.text,
+            text=text,
             model=reply.model or self.client.spec.model,
             usage=reply.usage,
             latency_s=done.latency_s,
@@ -71,7 +85,6 @@ class LlmPolicy:
             self.params.constrain or spec.constrain,
             prompt.working.legal_actions,
             backend=spec.backend,
-            base_urls=spec.base_urls,
             via=spec.constrain_via,
             model=self.name,
             role=self.role,

@@ -122,15 +122,22 @@ class ModelPool:
             "stored": sum(c.stored for c in caches),
         }
 
-    def policy(self, name: str, params: dict[str, Any] | None = None, role: str = "") -> Any:
-        """An :class:`~parley.agents.backends.policy.LlmPolicy` for one role of one episode."""
+    def policy(
+        self,
+        name: str,
+        params: dict[str, Any] | None = None,
+        role: str = "",
+        draw: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """An :class:`~parley.agents.backends.policy.LlmPolicy` for one role of one episode;
+        ``draw`` (the episode's seed and repetition) keeps its cached replies its own."""
         from parley.agents.backends.policy import LlmPolicy
 
         try:
             client = self.client(name)
         except ModelUnavailable as exc:
             return LlmPolicy.unavailable(name, str(exc))
-        return LlmPolicy(client, client.spec.params.merged(params or {}), role=role)
+        return LlmPolicy(client, client.spec.params.merged(params or {}), role=role, draw=draw)
 
     def stats(self) -> dict[str, Any]:
         """Per endpoint: limit now, peak in flight, shrinks, outcomes."""

@@ -158,6 +158,9 @@ class SimConfig(_Strict):
     api_key_env: str | None = None
     healthy: bool = True
     seed: int = 0
+    # False: constraints on the reply are received and counted but not applied, as a server
+    # does with fields of another server's dialect (llama.cpp with vLLM's structured_outputs).
+    honour_constraints: bool = True
     # Prompt caching: a system prompt seen before is read from the cache, a new one written to
     # it (Anthropic: cache_read_input_tokens / cache_creation_input_tokens; OpenAI:
     # prompt_tokens_details.cached_tokens, reads only).
@@ -524,7 +527,8 @@ class SimServer:
             self.stats["constrained"] += 1
             self.constraints.append(asked)
             try:
-                reply = constrain.honour(body, reply, self.config.seed)
+                if self.config.honour_constraints:
+                    reply = constrain.honour(body, reply, self.config.seed)
             except ValueError:
                 self.stats["constraint_unsupported"] += 1
         return reply, input_tokens, _tokens_of(reply)  # replies repeat too

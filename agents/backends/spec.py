@@ -356,6 +356,12 @@ class ModelSpec(_Strict):
     ] = "auto"
     # First turns of the run through the provider's batch API (agents/backends/batch.py).
     batch: bool = False
+    # What the server is (agents/backends/dialect.py): auto (probed once, or known from the
+    # host), or named, when a probe cannot tell or should not be made.
+    dialect: Literal[
+        "auto", "vllm", "sglang", "llamacpp", "ollama", "tgi", "lmstudio", "openai", "anthropic",
+        "unknown",
+    ] = "auto"
 
     @model_validator(mode="before")
     @classmethod
