@@ -359,7 +359,15 @@ class ModelSpec(_Strict):
     # What the server is (agents/backends/dialect.py): auto (probed once, or known from the
     # host), or named, when a probe cannot tell or should not be made.
     dialect: Literal[
-        "auto", "vllm", "sglang", "llamacpp", "ollama", "tgi", "lmstudio", "openai", "anthropic",
+        "auto",
+        "vllm",
+        "sglang",
+        "llamacpp",
+        "ollama",
+        "tgi",
+        "lmstudio",
+        "openai",
+        "anthropic",
         "unknown",
     ] = "auto"
 
