@@ -418,6 +418,8 @@ def openai_body(
     max_tokens: int,
     stream: bool,
 ) -> dict[str, Any]:
+    """A chat completions request of ``system`` and ``turns`` as :func:`prepare` gives them
+    (already alternating: sent in that order)."""
     messages: list[dict[str, Any]] = []
     if system:
         messages.append({"role": "system", "content": system})
@@ -595,6 +597,8 @@ def anthropic_body(
     max_tokens: int,
     stream: bool,
 ) -> dict[str, Any]:
+    """A messages API request of ``system`` and ``turns`` as :func:`prepare` gives them
+    (already alternating from a user turn, as the API requires)."""
     body: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
