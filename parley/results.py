@@ -30,17 +30,22 @@ Columns of :func:`episodes` (``<role>``: each role of the run's games; ``<name>`
 ``turns``                 turns played (int)
 ``started_at``, ``finished_at``  when (datetime, UTC)
 ``duration_s``, ``model_time_s``  wall time of the episode and time spent waiting on models
-``input_tokens``, ``output_tokens``  tokens over all roles (int)
+``input_tokens``, ``output_tokens``  tokens over all roles (int); ``input_tokens`` is the
+                          input not read from a prompt cache
+``cache_read_tokens``, ``cache_write_tokens``  input read from and written to the server's
+                          prompt cache, over all roles (int)
 ``setting_<name>``        the game's settings that are plain values (variant, limits, …)
 ``error``                 the error of an ``error`` episode (string)
 ========================  =====================================================================
 
 Columns of :func:`turns`: ``episode``, ``game``, ``pairing``, ``role_<role>``, then per reply
 ``turn``, ``role``, ``player`` (who answered: a model's name, scripted, …), ``text``,
-``latency_s``, ``input_tokens``, ``output_tokens`` (nullable ints: unknown for players without
-usage), ``token_source``, ``model_calls`` (attempts, retries included), ``event`` (what the game
-made of the reply: utterance, action or violation), ``actions``, ``mistakes`` (int),
-``feedback`` (what the game told the role about it) and ``sent_at`` (datetime, UTC).
+``latency_s``, ``input_tokens``, ``output_tokens``, ``cache_read_tokens``,
+``cache_write_tokens`` (nullable ints: unknown for players without usage; the cached input
+apart from the rest, as in :func:`episodes`), ``token_source``, ``model_calls`` (attempts,
+retries included), ``event`` (what the game made of the reply: utterance, action or
+violation), ``actions``, ``mistakes`` (int), ``feedback`` (what the game told the role about
+it) and ``sent_at`` (datetime, UTC).
 """
 
 from __future__ import annotations
@@ -119,6 +124,8 @@ def episode_row(record: dict[str, Any]) -> dict[str, Any]:
         "model_time_s": record.get("model_time_s"),
         "input_tokens": sum(int(t.get("input", 0)) for t in tokens.values()),
         "output_tokens": sum(int(t.get("output", 0)) for t in tokens.values()),
+        "cache_read_tokens": sum(int(t.get("cache_read", 0)) for t in tokens.values()),
+        "cache_write_tokens": sum(int(t.get("cache_write", 0)) for t in tokens.values()),
         **_settings(record),
         "error": record.get("error"),
     }
@@ -132,7 +139,7 @@ def _typed_episodes(rows: list[dict[str, Any]]) -> pd.DataFrame:
     frame["outcome"] = pd.Categorical(frame["outcome"], categories=OUTCOMES)
     for name in ("run", "episode", "reason", "error"):
         frame[name] = frame[name].astype("string")
-    for name in ("seed", "repetition", "turns", "input_tokens", "output_tokens"):
+    for name in ("seed", "repetition", "turns", *_TOKENS):
         frame[name] = frame[name].astype("int64")
     for name in ("success", "played"):
         frame[name] = frame[name].astype("bool")
@@ -191,8 +198,11 @@ _EPISODE_COLUMNS = (
     "model_time_s",
     "input_tokens",
     "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
     "error",
 )
+_TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
 def _columns(rows: list[dict[str, Any]], fixed: tuple[str, ...]) -> list[str]:
@@ -207,7 +217,7 @@ def _columns(rows: list[dict[str, Any]], fixed: tuple[str, ...]) -> list[str]:
         "pairing": "role",
         "main_score": "score",
         "turns": "result",
-        "output_tokens": "setting",
+        "cache_write_tokens": "setting",
     }
     columns: list[str] = []
     for name in fixed:
@@ -229,6 +239,17 @@ def episodes(run: RunLike) -> pd.DataFrame:
 
 def _text(parts: list[dict[str, Any]]) -> str:
     return "\n".join(p.get("text", "") for p in parts if p.get("type") == "text")
+
+
+def _cached_input(
+    usage: dict[str, Any] | None, calls: list[dict[str, Any]], key: str
+) -> int | None:
+    """A reply's input tokens read from (``cache_read``) or written to (``cache_write``) the
+    server's prompt cache, from its call records (the reply's usage has the rest of the input);
+    None where the reply has no usage."""
+    if not usage:
+        return None
+    return sum(int((call.get("usage") or {}).get(key, 0)) for call in calls)
 
 
 def turn_rows(record: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -260,6 +281,7 @@ def turn_rows(record: dict[str, Any], messages: list[dict[str, Any]]) -> list[di
         mine = events.get(key, [])
         kinds = [e.get("event") for e in mine]
         usage = m.get("usage") or None
+        calls = m.get("calls") or []
         rows.append(
             {
                 **base,
@@ -270,8 +292,10 @@ def turn_rows(record: dict[str, Any], messages: list[dict[str, Any]]) -> list[di
                 "latency_s": m.get("latency_s"),
                 "input_tokens": usage.get("input_tokens") if usage else None,
                 "output_tokens": usage.get("output_tokens") if usage else None,
+                "cache_read_tokens": _cached_input(usage, calls, "cache_read"),
+                "cache_write_tokens": _cached_input(usage, calls, "cache_write"),
                 "token_source": usage.get("source") if usage else None,
-                "model_calls": len(m.get("calls") or []),
+                "model_calls": len(calls),
                 "event": next(
                     (k for k in ("violation", "action", "utterance") if k in kinds), None
                 ),
@@ -299,6 +323,8 @@ _TURN_COLUMNS = (
     "latency_s",
     "input_tokens",
     "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
     "token_source",
     "model_calls",
     "event",
@@ -323,7 +349,7 @@ def turns(run: RunLike) -> pd.DataFrame:
         frame[name] = frame[name].astype("string")
     for name in ("turn", "model_calls", "actions", "mistakes"):
         frame[name] = frame[name].astype("int64")
-    for name in ("input_tokens", "output_tokens"):
+    for name in _TOKENS:
         frame[name] = frame[name].astype("Int64")
     frame["latency_s"] = frame["latency_s"].astype("float64")
     frame["sent_at"] = pd.to_datetime(frame["sent_at"], unit="s", utc=True)

@@ -877,15 +877,25 @@ class EpisodeRunner:
 
     def _count_calls(self, role: str, calls: list[dict[str, Any]]) -> None:
         """Per role: model requests, attempts, retries by cause, time spent in calls, and
-        (when there were any) characters repaired in replies and replies cut."""
+        (when there were any) characters repaired in replies and replies cut.
+
+        ``calls`` are the attempts of one request in order; a failed attempt is a retry only
+        when another attempt followed it (the last one of a request that gave up, or a refusal
+        that is never tried again, is not). A request never sent (a prompt over the context)
+        makes no attempt: it counts as ``not_sent``; replies outside the legal set under a
+        constraint that was sent count as ``not_honoured``."""
         stats = self.result.model_calls.setdefault(
             role, {"requests": 0, "attempts": 0, "retries": {}, "call_s": 0.0}
         )
         stats["requests"] += 1
-        stats["attempts"] += len(calls)
-        for call in calls:
+        for n, call in enumerate(calls, 1):
+            if call.get("sent") is False:
+                # Never sent (a prompt over the context): no attempt was made.
+                stats["not_sent"] = stats.get("not_sent", 0) + 1
+                continue
+            stats["attempts"] += 1
             outcome = call.get("outcome", "ok")
-            if outcome != "ok":
+            if outcome != "ok" and n < len(calls):
                 stats["retries"][outcome] = stats["retries"].get(outcome, 0) + 1
             stats["call_s"] = round(stats["call_s"] + float(call.get("latency_s") or 0.0), 4)
             # Replies that were not valid text, or too long (agents/backends/formats.py).
@@ -907,6 +917,10 @@ class EpisodeRunner:
             if "constrained" in call:
                 key = "constrained" if call["constrained"] else "unconstrained"
                 stats[key] = stats.get(key, 0) + 1
+            # A constraint that was sent and a reply outside the legal set: the server did not
+            # apply it (a field it does not know, ignored).
+            if call.get("constraint_honoured") is False:
+                stats["not_honoured"] = stats.get("not_honoured", 0) + 1
             if call.get("batch_fallback"):
                 stats["batch_fallback"] = stats.get("batch_fallback", 0) + 1
             if call.get("batch"):

@@ -12,8 +12,12 @@ turns per role, hence model calls, and the prompts each call would carry.
   (``parley.tokens``, within about 15 % of common BPE tokenizers on English), plus
   ``image_tokens`` for each image (default 765, OpenAI's count for a 512×512 image at high
   detail; vision models vary from about 64 to a few thousand).
-- **Reply tokens** (typical) are those of the sampled replies: a reply that does the job, which
-  a model's chattier answer will exceed; the upper bound is ``max_tokens`` on every call.
+- **Reply tokens** (typical) are those of the sampled replies, each cut to the model's
+  ``max_tokens`` (a scripted reply may be longer than a model may write): a reply that does
+  the job, which a model's chattier answer will exceed; the upper bound is ``max_tokens`` on
+  every call.
+- **Context**: the longest prompt of a role's sampled calls, against the model entry's
+  ``context_size`` (:func:`context_warnings`, which ``parley check`` calls too).
 - **Upper bounds** come from the games' own limits: COMMA's ``max_turns`` (the solver at most
   that many turns, the expert one fewer), MapWorld's ``max_turns``, the Playground's
   ``max_moves`` plus ``max_invalid`` replies. A game without such a limit is bounded by the
@@ -68,6 +72,9 @@ class RolePlan(BaseModel):
     input_tokens: float = 0.0  # typical prompt tokens per episode (model roles)
     output_tokens: float = 0.0  # typical reply tokens per episode (model roles)
     images: float = 0.0  # typical images sent per episode (model roles)
+    prompt_tokens_max: int = 0  # the longest prompt of one sampled call (model roles)
+    reply_tokens_max: int = 0  # the most one reply may have: max_tokens (model roles)
+    memory: str = "full"  # the memory policy inside an episode (last_k with its k)
     notes: bool = False  # an end-of-episode note (memory across episodes: notes) each episode
 
 
@@ -111,6 +118,7 @@ class Plan(BaseModel):
     image_tokens: int
     pairings: list[PairingPlan]
     models: list[ModelPlan]
+    warnings: list[str] = Field(default_factory=list)  # prompts over a context (one a line)
 
 
 # --- upper bounds ---------------------------------------------------------------------------
@@ -145,6 +153,7 @@ class _Calls:
     input_tokens: int = 0
     output_tokens: int = 0
     images: int = 0
+    longest: int = 0  # prompt tokens of the longest call
 
 
 @dataclass
@@ -159,32 +168,45 @@ class _Counting:
     """A policy that counts what its prompts would cost a model, then lets ``inner`` reply."""
 
     def __init__(
-        self, inner: Any, tally: _Calls, image_tokens: int, max_images: int | None
+        self,
+        inner: Any,
+        tally: _Calls,
+        image_tokens: int,
+        max_images: int | None,
+        max_output: int | None = None,
     ) -> None:
         self.name = inner.name
         self.inner = inner
         self.tally = tally
         self.image_tokens = image_tokens
         self.max_images = max_images  # what the backend sends at most (0: a text-only model)
+        self.max_output = max_output  # the most a model may write in one reply
 
     async def decide(self, prompt: Prompt) -> Any:
         from parley.bus.messages import ImagePart, TextPart
         from parley.tokens import count_tokens
 
-        images = 0
+        images = tokens = 0
         for message in prompt.messages():
-            self.tally.input_tokens += MESSAGE_TOKENS
+            tokens += MESSAGE_TOKENS
             for part in message.content:
                 if isinstance(part, TextPart):
-                    self.tally.input_tokens += count_tokens(part.text)
+                    tokens += count_tokens(part.text)
                 elif isinstance(part, ImagePart):
                     images += 1
         if self.max_images is not None:
             images = min(images, self.max_images)
+        tokens += images * self.image_tokens
         self.tally.images += images
-        self.tally.input_tokens += images * self.image_tokens
+        self.tally.input_tokens += tokens
+        self.tally.longest = max(self.tally.longest, tokens)
         decision = await self.inner.decide(prompt)
-        self.tally.output_tokens += count_tokens(decision.text)
+        # The stand-in's reply may run longer than the model may write: what a model would
+        # send is cut there.
+        written = count_tokens(decision.text)
+        if self.max_output is not None:
+            written = min(written, self.max_output)
+        self.tally.output_tokens += written
         return decision
 
     async def aclose(self) -> None:
@@ -249,7 +271,8 @@ async def play_sample(
             sampled.calls[role] = _Calls()
             model = (models or {}).get(spec.players[role].model or "")
             cap = None if model is None else (model.max_images if model.images else 0)
-            policy = _Counting(policy, sampled.calls[role], image_tokens, cap)
+            most = None if model is None else reply_limit(model, spec.players[role].params)
+            policy = _Counting(policy, sampled.calls[role], image_tokens, cap, most)
         memory = spec.memory.get(role)
         history = HistoryPolicy(memory.policy, memory.k) if memory else None
         agents[role] = Agent(role, policy, history=history, memory_key=key, record_prompts=False)
@@ -285,6 +308,14 @@ async def play_sample(
     return sampled
 
 
+def reply_limit(model: ModelSpec, params: Mapping[str, Any] | None = None) -> int:
+    """The most tokens one reply of ``model`` may have, with a player's ``params`` over the
+    entry's: ``max_completion_tokens`` where set (a reasoning model's thinking counts), else
+    ``max_tokens``."""
+    merged = model.params.merged(dict(params or {}))
+    return int(getattr(merged, "max_completion_tokens", None) or merged.max_tokens)
+
+
 # --- the plan -------------------------------------------------------------------------------
 
 
@@ -299,6 +330,12 @@ def spread(specs: list[EpisodeSpec], k: int) -> list[EpisodeSpec]:
     return [specs[round(i * (n - 1) / (k - 1))] for i in range(k)]
 
 
+def _memory_label(memory: Any) -> str:
+    if memory is None:
+        return "full"
+    return f"last_k, k={memory.k}" if memory.policy == "last_k" else str(memory.policy)
+
+
 def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
@@ -310,6 +347,7 @@ async def _plan_pairing(
     turns: int,
     image_tokens: int,
     models: Mapping[str, ModelSpec],
+    bounds: bool = True,
 ) -> PairingPlan:
     first = specs[0]
     chosen: list[EpisodeSpec] = []
@@ -327,6 +365,7 @@ async def _plan_pairing(
             await play_sample(info, s, strategy=strategy, image_tokens=image_tokens, models=models)
             for strategy in ("random", "prose")
             for s in chosen
+            if bounds
         ]
         seen = {r: max(p.turns[r] for p in [*played, *others]) for r in info.roles}
     roles: list[RolePlan] = []
@@ -337,6 +376,7 @@ async def _plan_pairing(
             memory and memory.remembers and memory.across and memory.across.policy == "notes"
         )
         calls = [p.calls[role] for p in played if role in p.calls]
+        model = models.get(player.model or "") if player.kind == "llm" else None
         roles.append(
             RolePlan(
                 role=role,
@@ -348,6 +388,9 @@ async def _plan_pairing(
                 input_tokens=_mean([c.input_tokens for c in calls]),
                 output_tokens=_mean([c.output_tokens for c in calls]),
                 images=_mean([c.images for c in calls]),
+                prompt_tokens_max=max((c.longest for c in calls), default=0),
+                reply_tokens_max=0 if model is None else reply_limit(model, player.params),
+                memory=_memory_label(memory),
                 notes=notes and player.kind == "llm",
             )
         )
@@ -374,10 +417,14 @@ async def make_plan(
     turns: int = SAMPLE_TURNS,
     image_tokens: int = IMAGE_TOKENS,
     label: str = "",
+    only: Callable[[EpisodeSpec], bool] | None = None,
+    bounds: bool = True,
 ) -> Plan:
     """The plan of ``config``: up to ``sample`` episodes of each game × pairing are played for
     the typical lengths, fewer (at least two) once they have played ``turns`` turns
-    (raises :class:`~parley.runtime.config.ConfigError` for a bad config)."""
+    (raises :class:`~parley.runtime.config.ConfigError` for a bad config). ``only``: plan
+    just the episodes it keeps; ``bounds`` false: a game without a turn limit is bounded by
+    the oracle's play alone (quicker, for the prompts only)."""
     from parley.environments import registry
     from parley.runtime.experiment import expand
 
@@ -385,6 +432,8 @@ async def make_plan(
     # in them (another turn limit, another memory policy).
     groups: dict[tuple[str, str, str], list[EpisodeSpec]] = {}
     for spec in expand(config):
+        if only is not None and not only(spec):
+            continue
         how = json.dumps(
             [spec.settings, {r: m.model_dump() for r, m in spec.memory.items()}],
             sort_keys=True,
@@ -398,13 +447,13 @@ async def make_plan(
     async def one(game: str, specs: list[EpisodeSpec]) -> PairingPlan:
         async with limit:
             return await _plan_pairing(
-                registry.get(game), specs, sample, turns, image_tokens, config.models
+                registry.get(game), specs, sample, turns, image_tokens, config.models, bounds
             )
 
     pairings = list(
         await asyncio.gather(*(one(game, specs) for (game, _, _), specs in groups.items()))
     )
-    return Plan(
+    plan = Plan(
         config=label or config.name,
         episodes=sum(p.episodes for p in pairings),
         turns=sum(p.turns * p.episodes for p in pairings),
@@ -413,6 +462,8 @@ async def make_plan(
         pairings=pairings,
         models=_models(config, pairings),
     )
+    plan.warnings = await context_warnings(config, plan)
+    return plan
 
 
 def _models(config: ExperimentConfig, pairings: list[PairingPlan]) -> list[ModelPlan]:
@@ -427,6 +478,7 @@ def _models(config: ExperimentConfig, pairings: list[PairingPlan]) -> list[Model
             t["calls_max"] += (r.turns_max + extra) * p.episodes
             t["input"] += r.input_tokens * p.episodes
             t["output"] += r.output_tokens * p.episodes
+            t["output_max"] += (r.turns_max + extra) * p.episodes * r.reply_tokens_max
             per_call = r.input_tokens / r.turns if r.turns else 0.0
             t["input_max"] += per_call * (r.turns_max + extra) * p.episodes
     out: list[ModelPlan] = []
@@ -435,9 +487,7 @@ def _models(config: ExperimentConfig, pairings: list[PairingPlan]) -> list[Model
             continue
         t, spec = totals[name], config.models[name]
         calls_max = int(t["calls_max"])
-        # A reasoning model's limit is max_completion_tokens where set (its thinking counts).
-        most = getattr(spec.params, "max_completion_tokens", None) or spec.params.max_tokens
-        output_max = calls_max * int(most)
+        output_max = int(t["output_max"])
         cost = cost_max = None
         if spec.price is not None:
             per_in, per_out = spec.price.input_per_mtok / 1e6, spec.price.output_per_mtok / 1e6
@@ -459,6 +509,99 @@ def _models(config: ExperimentConfig, pairings: list[PairingPlan]) -> list[Model
             )
         )
     return out
+
+
+# --- context windows ------------------------------------------------------------------------
+
+# parley's offline counter is within about 15 % of a model's own tokenizer: a prompt counted
+# within that of the context may not fit.
+CONTEXT_MARGIN = 1.15
+
+
+def _context_of(
+    config: ExperimentConfig, model: str | None, sizes: Mapping[str, int] | None
+) -> int | None:
+    spec = config.models.get(model or "")
+    if spec is None:
+        return None
+    return spec.context_size or (sizes or {}).get(model or "")
+
+
+async def context_warnings(
+    config: ExperimentConfig,
+    plan: Plan | None = None,
+    *,
+    sizes: Mapping[str, int] | None = None,
+) -> list[str]:
+    """One line per game, role and model whose longest prompt, as ``plan`` estimates it (with
+    the offline counter's margin), does not fit the model's context: its ``context_size``, or
+    ``sizes`` (model name → the size its server serves, read at pre-flight) where the entry
+    sets none. Each line names the game, the role, the tokens and the fix. Without ``plan``,
+    a quick one is played (two episodes a pairing) of the episodes whose models have a known
+    context; none known: an empty list at once. Raises ConfigError for a bad config."""
+    sized = {name for name in config.models if _context_of(config, name, sizes)}
+    if not sized:
+        return []
+    if plan is None:
+        plan = await make_plan(
+            config,
+            sample=MIN_SAMPLE,
+            only=lambda spec: any(
+                p.kind == "llm" and p.model in sized for p in spec.players.values()
+            ),
+            bounds=False,
+        )
+    longest: dict[tuple[str, str, str], RolePlan] = {}
+    for pairing in plan.pairings:
+        for played in pairing.roles:
+            if played.model in sized:
+                key = (pairing.game, played.role, played.model)
+                if key not in longest or played.prompt_tokens_max > longest[key].prompt_tokens_max:
+                    longest[key] = played
+    out: list[str] = []
+    for (game, role, model), played in sorted(longest.items()):
+        tokens = played.prompt_tokens_max
+        size = _context_of(config, model, sizes) or 0
+        if tokens * CONTEXT_MARGIN <= size:
+            continue
+        where = (
+            f"models.{model}.context_size"
+            if config.models[model].context_size
+            else f"served by the server of {model}"
+        )
+        if played.memory == "none":
+            fix = "a bigger context (this role's memory keeps the latest message only already)"
+        elif played.memory.startswith("last_k"):
+            fix = (
+                f"a smaller k in the game's memory.{role} (now {played.memory}), "
+                "or a bigger context"
+            )
+        else:
+            fix = (
+                f"a memory policy that keeps fewer turns (the game's memory: {{{role}: "
+                f"{{policy: last_k, k: 2}}}}; now {played.memory}), or a bigger context"
+            )
+        fits = "over" if tokens > size else "within 15 % of"
+        out.append(
+            f"{game}, role {role} (model {model}): prompts of up to about {tokens:,} tokens "
+            f"(counted offline, ±15 %), {fits} its context of {size:,} ({where}); a prompt "
+            f"that does not fit is not sent and ends its episode as error (context_exceeded). "
+            f"Fix: {fix}"
+        )
+    return out
+
+
+def print_context_warnings(
+    config: ExperimentConfig, console: Any, *, sizes: Mapping[str, int] | None = None
+) -> list[str]:
+    """:func:`context_warnings` of ``config``, each printed on ``console`` (a rich Console),
+    for ``parley check`` and the run's pre-flight; returns them. Not inside a running loop."""
+    from parley import event_loop
+
+    warnings = event_loop.run(context_warnings(config, sizes=sizes))
+    for warning in warnings:
+        console.print(f"[yellow]context: {warning}[/]", highlight=False, soft_wrap=True)
+    return warnings
 
 
 # --- printing -------------------------------------------------------------------------------
@@ -611,6 +754,8 @@ def command(args: argparse.Namespace) -> int:
                 highlight=False,
                 soft_wrap=True,
             )
+    for warning in plan.warnings:
+        console.print(f"[yellow]context: {warning}[/]", highlight=False, soft_wrap=True)
     calls = sum(m.calls for m in plan.models)
     console.print(
         f"{plan.episodes:,} episodes, about {_n(plan.turns)} turns (at most {plan.turns_max:,}); "

@@ -20,6 +20,14 @@ FamilyReport = Callable[[list[dict[str, Any]], Path], str]
 REPORTS_GROUP = "parley.reports"
 
 OUTCOMES = ("success", "lost", "aborted", "error", "cancelled")
+# An episode ended because a prompt would not fit its model's context: the config's to fix
+# (memory, context size), counted apart from the errors of servers, keys and networks.
+CONTEXT_EXCEEDED = "context_exceeded"
+
+
+def over_context(record: dict[str, Any]) -> bool:
+    """The episode ended as ``error`` because a prompt was longer than its model's context."""
+    return record.get("outcome") == "error" and record.get("reason_code") == CONTEXT_EXCEEDED
 
 
 class ReportSectionError(Exception):
@@ -177,6 +185,10 @@ def failure_head(record: dict[str, Any]) -> str:
     episode to the next masked, cut to :data:`REASON_CHARS`; else the last line of its
     recorded exception."""
     text = (record.get("reason") or "").strip()
+    if over_context(record):
+        # One group whatever the token counts: "solver failed: …" keeps who it was.
+        who = text.split(" failed:")[0] + " failed: " if " failed:" in text else ""
+        return f"{who}a prompt longer than the model's context ({CONTEXT_EXCEEDED})"
     if not text:
         lines = [line for line in (record.get("error") or "").splitlines() if line.strip()]
         text = lines[-1].strip() if lines else "no reason recorded"
@@ -213,13 +225,14 @@ def failure_reasons(records: list[dict[str, Any]]) -> list[tuple[int, str, list[
 
 def failed_models(records: list[dict[str, Any]]) -> list[str]:
     """The models every one of whose episodes ended in ``error`` (none played): a key that
-    is not set, a server that is down, a wrong model name."""
+    is not set, a server that is down, a wrong model name (prompts too long for the context
+    are not such a failure)."""
     outcomes: dict[str, set[str]] = defaultdict(set)
     for r in records:
         if r.get("outcome") == "cancelled":
             continue
         for model in record_models(r):
-            outcomes[model].add(str(r.get("outcome")))
+            outcomes[model].add(CONTEXT_EXCEEDED if over_context(r) else str(r.get("outcome")))
     return sorted(m for m, seen in outcomes.items() if seen == {"error"})
 
 
@@ -262,6 +275,7 @@ def build_report(run_dir: str | Path) -> str:
     if any(r.get("outcome") == "error" for r in records):
         header, rows = failure_rows(records)
         errors = sum(r.get("outcome") == "error" for r in records)
+        over = sum(over_context(r) for r in records)
         dead = failed_models(records)
         parts += [
             "## Why episodes failed",
@@ -270,6 +284,18 @@ def build_report(run_dir: str | Path) -> str:
             "`parley run CONFIG --out RUN --resume --retry-errors` plays them again once the "
             "cause is fixed.",
             "",
+            *(
+                [
+                    f"Of these, {over} ended on a prompt longer than the model's context "
+                    f"(`{CONTEXT_EXCEEDED}`: a memory policy that keeps fewer turns, or a "
+                    "bigger context, fixes them, and `parley plan` warns of them) "
+                    f"and {errors - over} on the infrastructure or other causes (servers, "
+                    "keys, networks, code that raised).",
+                    "",
+                ]
+                if over
+                else []
+            ),
             *(
                 [f"Every episode of {', '.join(dead)} failed: check the key, server and name.", ""]
                 if dead

@@ -58,6 +58,7 @@ class Timing:
                     "turn_s": [],
                     "agent_s": [],
                     "input": 0,
+                    "cache_read": 0,
                     "output": 0,
                     "sources": set(),
                 },
@@ -67,19 +68,22 @@ class Timing:
             row["agent_s"].append(t["agent_s"])
             if key not in seen:  # the record's tokens are per role and episode: add them once
                 seen.add(key)
-                row["input"] += int((tokens.get(role) or {}).get("input", 0))
-                row["output"] += int((tokens.get(role) or {}).get("output", 0))
+                # The input read from a server's prompt cache is apart from the rest.
+                for kind in ("input", "cache_read", "output"):
+                    row[kind] += int((tokens.get(role) or {}).get(kind, 0))
                 if role in sources:
                     row["sources"].add(sources[role])
 
     def render(self) -> str:
         if not self.rows:
             return ""
+        cached = any(row["cache_read"] for row in self.rows.values())
         header = [
             "role",
             "player",
             "turns",
             "in tok/turn",
+            *(["cached in tok/turn"] if cached else []),
             "out tok/turn",
             "player s p50",
             "player s p95",
@@ -101,6 +105,7 @@ class Timing:
                     str(n),
                     # Counted tokens are the reply's only (no backend to report the input).
                     "–" if source == "counted" and not row["input"] else fmt(row["input"] / n, 0),
+                    *([fmt(row["cache_read"] / n, 0)] if cached else []),
                     fmt(row["output"] / n, 0)
                     + ("" if source in ("", "backend") else f" ({source})"),
                     fmt(_quantile(row["agent_s"], 0.5), 3),
@@ -121,7 +126,8 @@ class Timing:
                 "A turn runs from the game master sending the turn request to the next request; "
                 "the player's part is what its policy took (for models: the calls, retries "
                 "included), the rest is the runtime's (bus, game master, recording). Tokens are "
-                "backend-reported, or counted from the reply where marked.",
+                "backend-reported, or counted from the reply where marked; input read from a "
+                "server's prompt cache is counted apart from the rest of the input.",
                 "",
                 markdown_table(header, body),
                 "",

@@ -14,7 +14,7 @@ from typing import Any
 from parley.agents.backends.batch import PRICE_FACTOR as BATCH_PRICE_FACTOR
 from parley.agents.backends.spec import PriceSpec
 from parley.records import main_score
-from parley.runtime.report import fmt, markdown_table, mean
+from parley.runtime.report import fmt, markdown_table, mean, over_context
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 from parley.user_files import YamlFileError, read_mapping
 
@@ -116,6 +116,7 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
                     "call_s": 0.0,
                     "sources": set(),
                     "errors": 0,
+                    "over_context": 0,
                 },
             )
             s["episodes"].add(r["episode"])
@@ -139,7 +140,9 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
             s["batch_input"] = s.get("batch_input", 0) + int(batched.get("input", 0))
             s["batch_output"] = s.get("batch_output", 0) + int(batched.get("output", 0))
             if r["outcome"] == "error" and r.get("reason", "").startswith(f"{role} failed"):
-                s["errors"] += 1
+                # A prompt too long for the model's context is the config's to fix, not the
+                # server's: counted apart.
+                s["over_context" if over_context(r) else "errors"] += 1
     if not stats:
         return ""
     prices = _prices(run_dir)
@@ -153,6 +156,9 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
         "mean call s",
         "failed episodes",
     ]
+    over = any(s["over_context"] for s in stats.values())
+    if over:
+        header.append("over context")
     if prices:
         header.append("cost")
     rows = []
@@ -174,6 +180,8 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
             fmt(s["call_s"] / s["attempts"], 3) if s["attempts"] else "–",
             str(s["errors"]),
         ]
+        if over:
+            row.append(str(s["over_context"]))
         if prices:
             price = prices.get(label)
             if price:
@@ -203,12 +211,17 @@ def usage_table(records: list[dict[str, Any]], run_dir: Path) -> str:
 
 
 def _held(calls: dict[str, Any]) -> str:
-    """How a role's replies in one episode were held to the legal actions."""
-    held, free = int(calls.get("constrained", 0)), int(calls.get("unconstrained", 0))
+    """How a role's replies in one episode were held to the legal actions: a reply whose
+    constraint was sent but not applied by the server (``not_honoured``) was not held."""
+    ignored = int(calls.get("not_honoured", 0))
+    held = int(calls.get("constrained", 0)) - ignored
+    free = int(calls.get("unconstrained", 0)) + ignored
     if held and free:
         return "partly"
     if held:
         return "held"
+    if ignored:
+        return "not honoured by the server"
     return "not expressible" if free else "free"
 
 
@@ -235,7 +248,42 @@ def constrained_table(records: list[dict[str, Any]]) -> str:
         + [_cell(group, m) for m in ("episodes", "success %", "main", "error %")]
         for (game, label, role, mode), group in sorted(groups.items())
     ]
-    return "\n".join(["## Constrained and free play", "", markdown_table(header, rows), ""])
+    return "\n".join(
+        [
+            "## Constrained and free play",
+            "",
+            markdown_table(header, rows),
+            "",
+            *_not_honoured(records),
+        ]
+    )
+
+
+def _not_honoured(records: list[dict[str, Any]]) -> list[str]:
+    """Per model and role: the constrained calls whose reply was outside the legal set, the
+    constraint sent but not applied by the server (a field it does not know, ignored)."""
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for r in records:
+        for role, label in r["pairing"].items():
+            calls = (r.get("model_calls") or {}).get(role) or {}
+            if calls.get("constrained"):
+                counts[(label, role)][0] += int(calls["constrained"])
+                counts[(label, role)][1] += int(calls.get("not_honoured", 0))
+    if not any(ignored for _, ignored in counts.values()):
+        return []
+    header = ["model", "role", "constrained calls", "not honoured by the server"]
+    rows = [
+        [label, role, str(sent), str(ignored)]
+        for (label, role), (sent, ignored) in sorted(counts.items())
+    ]
+    return [
+        "Constraint not honoured by the server: the constraint was sent, and the reply was "
+        "outside the legal set (a server that ignores a field it does not know answers as if "
+        "unconstrained; `constrain_via` chooses the form, docs/models.md).",
+        "",
+        markdown_table(header, rows),
+        "",
+    ]
 
 
 def report(records: list[dict[str, Any]], run_dir: Path) -> str:
