@@ -21,6 +21,8 @@ from parley.memory.across import MemoryStoreError
 from parley.records import NewerSchema
 from parley.runtime.config import ConfigError
 from parley.runtime.preflight import add_check_command, add_run_arguments, check_before_run
+from parley.runtime.quick_config import EXAMPLES, command_words, run_config
+from parley.runtime.quick_config import add_arguments as add_model_arguments
 
 console = Console(stderr=True)
 
@@ -32,12 +34,10 @@ def say_error(text: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from parley.runtime.config import load_config
-
     # The config first: a bad one is refused before the runtime (schedulers, model clients,
     # tracing) is imported, in well under a second.
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
-    config = load_config(args.config, overrides)
+    config = run_config(args, overrides)  # a YAML file, or games and --model
     if config.workers != "remote" and not (args.resume or args.retry_errors):
         from parley.runtime.workers import prestart
 
@@ -291,7 +291,7 @@ def _say_resume(what: str, command: str) -> None:
 def resume_command(args: argparse.Namespace, out: Path) -> str:
     """The ``parley run`` command that continues this run: the same config, ``--set``
     overrides and flags that change what is played or where (quoted for a POSIX shell)."""
-    parts = ["parley", "run", args.config, "--out", str(out), "--resume"]
+    parts = ["parley", "run", *command_words(args), "--out", str(out), "--resume"]
     for item in args.set:
         parts += ["--set", item]
     # With --credentials the bus URL comes from that file (and may hold its password).
@@ -838,8 +838,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run an experiment config")
-    run.add_argument("config", help="experiment YAML")
+    run = sub.add_parser(
+        "run",
+        help="run an experiment config, or games with a model (--model)",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_arguments(run)  # CONFIG | GAME …, --model, --base-url, --seeds, --pair
     run.add_argument(
         "--set",
         action="append",
@@ -895,7 +900,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve the live dashboard from this run (default port: the config's, 8765)",
     )
-    add_run_arguments(run)  # --no-check
+    add_run_arguments(run)  # --no-check, --check-timeout
     run.set_defaults(fn=_cmd_run)
     add_check_command(sub)  # parley check CONFIG
     from parley.runtime.plan import add_plan_command

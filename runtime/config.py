@@ -323,6 +323,9 @@ class ExperimentConfig(Strict):
     # Replay identical model requests from a response cache (agents/backends/cache.py): true
     # (the default file), a path, or false; a model's own ``cache:`` wins.
     cache: bool | str = False
+    # Seconds the pre-flight gives each model's checks (runtime/preflight.py); a model that
+    # answers its list but not the tiny request in time is a warning, not a refusal.
+    check_timeout_s: float = Field(default=10.0, gt=0, le=600)
 
     @field_validator("name")
     @classmethod

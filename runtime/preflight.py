@@ -12,15 +12,19 @@ For each model that the config's episodes play with (runtime/experiment.py ``exp
    headers, the key), with one small generated PNG when the model takes images and plays a
    role that is shown images in this config.
 
-Every model's checks run at once, each endpoint under a short timeout. A failure names the
-model and the fix in one line (``model gpt: OPENAI_API_KEY is not set; export it, or name
-another variable in api_key_env``). Models with ``launch:`` are started by the run itself
+Every model's checks run at once, each endpoint under a short timeout (``--check-timeout``,
+or ``check_timeout_s`` in the config). A failure names the model and the fix in one line
+(``model gpt: OPENAI_API_KEY is not set; export it, or name another variable in
+api_key_env``). A server that lists the model but gives no reply within the timeout is a
+warning with the time waited, not a failure: it is up, only busy or slow, and the run's own
+requests wait ``timeout_s``. Models with ``launch:`` are started by the run itself
 (runtime/launch.py), which waits for their health check: they are skipped here with that
 reason, as are base URLs they do not have yet.
 
 ``parley run`` runs the same checks first (``--no-check`` skips them) and stops, with exit
-code 1 and no run folder written, when one fails. A config of scripted, random or human
-players only has nothing to check, and costs nothing.
+code 1 and no run folder written, when one fails. A model whose response cache already holds
+replies of it is not asked at all there (a rerun from the cache sends nothing). A config of
+scripted, random or human players only has nothing to check, and costs nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import argparse
 import asyncio
 import io
 import json
+import sqlite3
 import sys
 import tempfile
 import time
@@ -46,10 +51,11 @@ if TYPE_CHECKING:
 
     from parley.runtime.config import ExperimentConfig
 
-Status = Literal["ok", "failed", "skipped"]
-Step = Literal["key", "server", "models", "request", "launch"]
+Status = Literal["ok", "warning", "failed", "skipped"]
+Step = Literal["key", "server", "models", "request", "launch", "cache"]
 
 DEFAULT_TIMEOUT_S = 10.0
+RAISE_TIMEOUT = "raise --check-timeout (check_timeout_s in the config)"
 # Hosted APIs that always need a key: a model entry for them without ``api_key_env`` would
 # send the SDK's placeholder key and fail every request.
 HOSTED = {"api.openai.com": "OPENAI_API_KEY", "api.anthropic.com": "ANTHROPIC_API_KEY"}
@@ -89,6 +95,14 @@ class _Failed(Exception):
     def __init__(self, step: Step, detail: str, fix: str) -> None:
         super().__init__(detail)
         self.step, self.detail, self.fix = step, detail, fix
+
+
+class _Slow(Exception):
+    """The tiny request got no reply within the check's time (the server listed the model)."""
+
+    def __init__(self, waited_s: float) -> None:
+        super().__init__(f"no reply after {waited_s:.1f} s")
+        self.waited_s = waited_s
 
 
 def _host(url: str) -> str:
@@ -210,7 +224,7 @@ async def _served_names(
         raise _Failed(
             "server",
             f"no answer from {shown} within the timeout",
-            "check that the server is up and reachable from here, or raise --timeout",
+            f"check that the server is up and reachable from here, or {RAISE_TIMEOUT}",
         ) from None
     except (aiohttp.ClientError, OSError) as exc:
         cause = getattr(exc, "os_error", None) or exc
@@ -289,9 +303,14 @@ async def _round_trip(
         content.append(ImagePart.from_bytes(tiny_png()))
     messages = [PromptMessage(role="user", content=content)]
     pool = ModelPool({name: quick}, environ=environ)
+    sent = time.monotonic()
     try:
         completion = await pool.client(name).complete(messages, params)
+    except TimeoutError:
+        raise _Slow(time.monotonic() - sent) from None
     except ModelUnavailable as exc:
+        if exc.calls and exc.calls[-1].get("outcome") == "timeout":
+            raise _Slow(time.monotonic() - sent) from None
         detail = str(exc).removeprefix(f"model {name} ")
         fix = "check the model's settings against the server"
         if " 401" in detail or " 403" in detail:
@@ -301,7 +320,10 @@ async def _round_trip(
                 else f"name the variable that holds the key in models.{name}.api_key_env"
             )
         elif images and "image" in detail.lower():
-            fix = f"this server takes no images: set models.{name}.images: false"
+            fix = (
+                f"this server takes no images: set models.{name}.images: false "
+                "(parley run --model: add --text-only)"
+            )
         raise _Failed("request", f"a tiny request failed: {detail}", fix) from None
     finally:
         await pool.aclose()
@@ -356,12 +378,15 @@ async def check_endpoint(
         notes.insert(0, await _round_trip(name, spec, url, images, remaining, environ))
     except _Failed as failed:
         return result("failed", failed.step, failed.detail, failed.fix)
-    except TimeoutError:
+    except _Slow as slow:
+        # Listed, so up: busy or slow to generate. The run's requests wait timeout_s each.
         return result(
-            "failed",
+            "warning",
             "request",
-            f"no answer within {timeout_s:g} s",
-            "check that the server is up and not overloaded, or raise --timeout",
+            f"the server answers, but a tiny request to {spec.model!r} got no reply in "
+            f"{slow.waited_s:.1f} s (the check waits {timeout_s:g} s): busy, or slow to generate",
+            f"the run goes on, each request waiting up to models.{name}.timeout_s "
+            f"({spec.timeout_s:g} s); to wait longer here, {RAISE_TIMEOUT}",
         )
     except Exception as exc:  # anything the client does not classify: named, never a traceback
         return result(
@@ -413,7 +438,7 @@ async def check_models(
                 "failed",
                 "request",
                 f"no answer within {timeout_s:g} s",
-                "check that the server is up and not overloaded, or raise --timeout",
+                f"check that the server is up and not overloaded, or {RAISE_TIMEOUT}",
                 _shown(url),
                 images,
             )
@@ -468,19 +493,60 @@ async def check_models(
     return sorted([*skipped, *done], key=lambda c: order.index(c.model))
 
 
+def cached_replies(spec: ModelSpec) -> tuple[Path, int] | None:
+    """The response cache file of ``spec`` and how many replies of its model it holds, or
+    None when it has no cache or holds none (a file that is not a cache holds none)."""
+    from parley.agents.backends.cache import resolve_path, stats
+
+    path = resolve_path(spec.cache)
+    if path is None or not path.is_file():
+        return None
+    try:
+        held = int(stats(path)["models"].get(spec.model, 0))
+    except (sqlite3.Error, OSError):
+        return None
+    return (path, held) if held else None
+
+
+def _from_cache(name: str, spec: ModelSpec) -> ModelCheck | None:
+    found = cached_replies(spec)
+    if found is None:
+        return None
+    path, held = found
+    return ModelCheck(
+        name,
+        "skipped",
+        "cache",
+        f"not asked: its response cache {path} holds {held} replies of {spec.model!r}; "
+        "a request the cache lacks goes to the server during the run",
+    )
+
+
 async def check_config(
     config: ExperimentConfig,
     *,
-    timeout_s: float = DEFAULT_TIMEOUT_S,
+    timeout_s: float | None = None,
     environ: Mapping[str, str] | None = None,
     launch: bool = False,
+    skip_cached: bool = False,
 ) -> list[ModelCheck]:
-    """Check the models ``config``'s episodes use (none: an empty list, at once)."""
+    """Check the models ``config``'s episodes use (none: an empty list, at once), each
+    endpoint within ``timeout_s`` (default: the config's ``check_timeout_s``). With
+    ``skip_cached``, a model whose response cache holds replies of it is skipped unasked."""
     used = models_in_use(config)
     if not used:
         return []
     models = {name: config.models[name] for name in config.models if name in used}
-    return await check_models(models, used, timeout_s=timeout_s, environ=environ, launch=launch)
+    skipped = []
+    if skip_cached:
+        skipped = [c for name, spec in models.items() if (c := _from_cache(name, spec))]
+        models = {
+            name: spec for name, spec in models.items() if name not in {c.model for c in skipped}
+        }
+    seconds = config.check_timeout_s if timeout_s is None else timeout_s
+    done = await check_models(models, used, timeout_s=seconds, environ=environ, launch=launch)
+    order = list(config.models)
+    return sorted([*skipped, *done], key=lambda c: order.index(c.model))
 
 
 def table(results: list[ModelCheck], title: str = "pre-flight") -> Any:
@@ -490,7 +556,7 @@ def table(results: list[ModelCheck], title: str = "pre-flight") -> Any:
     out = Table(title=title, title_justify="left")
     for column in ("model", "endpoint", "result", "detail"):
         out.add_column(column, overflow="fold")
-    style = {"ok": "green", "failed": "bold red", "skipped": "yellow"}
+    style = {"ok": "green", "warning": "yellow", "failed": "bold red", "skipped": "yellow"}
     for r in results:
         detail = r.detail + (f"\n[cyan]fix:[/] {r.fix}" if r.fix else "")
         out.add_row(r.model, r.endpoint or "-", f"[{style[r.status]}]{r.status}[/]", detail)
@@ -534,12 +600,7 @@ def add_check_command(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="override a config field, as for parley run",
     )
-    check.add_argument(
-        "--timeout",
-        type=_timeout,
-        default=DEFAULT_TIMEOUT_S,
-        help=f"seconds for each model's checks (default {DEFAULT_TIMEOUT_S:g})",
-    )
+    _add_timeout(check, "--check-timeout", "--timeout")
     check.add_argument(
         "--launch",
         action="store_true",
@@ -549,13 +610,33 @@ def add_check_command(sub: Any) -> None:
     check.set_defaults(fn=command)
 
 
+def _add_timeout(parser: argparse.ArgumentParser, *flags: str) -> None:
+    parser.add_argument(
+        *flags,
+        dest="check_timeout",
+        type=_timeout,
+        default=None,
+        metavar="S",
+        help="seconds for each model's checks (default: the config's check_timeout_s, "
+        f"{DEFAULT_TIMEOUT_S:g}); a model that is listed but slower is a warning",
+    )
+
+
 def add_run_arguments(run: argparse.ArgumentParser) -> None:
-    """``parley run --no-check``."""
+    """``parley run --no-check`` and ``--check-timeout S``."""
     run.add_argument(
         "--no-check",
         action="store_true",
         help="skip the pre-flight check of the models (parley check) before the run",
     )
+    _add_timeout(run, "--check-timeout")
+
+
+def _report(results: list[ModelCheck], console: Console) -> None:
+    """The warnings of passed checks, one line each."""
+    for r in results:
+        if r.status == "warning":
+            console.print(f"[yellow]pre-flight: {r.message}[/]", highlight=False, soft_wrap=True)
 
 
 def command(args: argparse.Namespace) -> int:
@@ -577,11 +658,16 @@ def command(args: argparse.Namespace) -> int:
             print("[]")
         console.print("no models to check: every player is scripted, random or human")
         return 0
-    results = event_loop.run(check_config(config, timeout_s=args.timeout, launch=args.launch))
+    timeout = args.check_timeout
+    results = event_loop.run(check_config(config, timeout_s=timeout, launch=args.launch))
     if args.json:
         print(json.dumps([{**asdict(r), "message": r.message} for r in results], indent=2))
     else:
         _print(results, Console(width=None if sys.stdout.isatty() else 160))
+        _report(results, console)
+    from parley.runtime.plan import print_context_warnings
+
+    print_context_warnings(config, console)  # prompts longer than a model's context
     failed = [r for r in results if r.status == "failed"]
     if failed:
         console.print(f"[red]{len(failed)} of {len(results)} checks failed[/]")
@@ -613,7 +699,8 @@ def check_before_run(config: ExperimentConfig, args: argparse.Namespace) -> int 
             highlight=False,
         )
         return None
-    results = event_loop.run(check_config(config))
+    timeout = getattr(args, "check_timeout", None)
+    results = event_loop.run(check_config(config, timeout_s=timeout, skip_cached=True))
     failed = [r for r in results if r.status == "failed"]
     # A model with a response cache may rerun with its server gone (the point of the cache):
     # its failure is a warning, and any request the cache lacks ends its episode as error.
@@ -627,13 +714,21 @@ def check_before_run(config: ExperimentConfig, args: argparse.Namespace) -> int 
         )
     failed = [r for r in failed if r not in cached]
     if not failed:
+        _report(results, console)  # slow servers: said even with --quiet
+        from parley.runtime.plan import print_context_warnings
+
+        print_context_warnings(config, console)  # prompts longer than a model's context
         if not getattr(args, "quiet", False):
             passed = sum(r.status == "ok" for r in results)
-            skipped = [r.model for r in results if r.status == "skipped"]
-            later = (
-                f"; {', '.join(skipped)}: started by the run, not checked here" if skipped else ""
-            )
-            console.print(f"pre-flight: {passed} model check(s) passed{later}", highlight=False)
+            notes = [f"{passed} model check(s) passed"]
+            warned = sum(r.status == "warning" for r in results)
+            if warned:
+                notes.append(f"{warned} with a warning")
+            for step, why in (("launch", "started by the run"), ("cache", "from the cache")):
+                names = [r.model for r in results if r.status == "skipped" and r.step == step]
+                if names:
+                    notes.append(f"{', '.join(names)}: {why}, not checked here")
+            console.print(f"pre-flight: {'; '.join(notes)}", highlight=False)
         return None
     _print(results, console)
     console.print(

@@ -1,6 +1,7 @@
 """Pre-flight (``parley check``, and ``parley run`` before its first episode) against the sim
 server as a separate process over real HTTP: missing key, refused key, wrong served name,
-server down, image round-trip, all passing, and a run that refuses to start."""
+server down, image round-trip, a slow server (a warning, and the run goes on), all passing, a
+run that refuses to start, and a rerun from the response cache that asks nothing."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import yaml
 from parley import event_loop
 from parley.agents.backends.simserver import SimServerProcess
 from parley.runtime.cli import main
-from parley.runtime.config import load_config
+from parley.runtime.config import ConfigError, load_config
 from parley.runtime.preflight import ModelCheck, check_config, models_in_use
 
 KEY_ENV = "PARLEY_PREFLIGHT_TEST_KEY"
@@ -130,13 +131,53 @@ def test_wrong_served_name_lists_the_served_ones(fresh: SimServerProcess) -> Non
     assert fresh.stats().get("requests", 0) == 0
 
 
-def test_a_request_with_no_answer_fails_at_the_timeout(fresh: SimServerProcess) -> None:
+def test_a_listed_model_with_no_reply_in_time_is_a_warning(fresh: SimServerProcess) -> None:
     data = wire({"m": entry(fresh, "hang-m")}, "m", variant="text")
     results = event_loop.run(check_config(load_config(data), timeout_s=1, environ={KEY_ENV: KEY}))
     [result] = results
-    assert (result.status, result.step) == ("failed", "request")
-    assert "timeout" in result.detail.lower() or "no answer" in result.detail
+    assert (result.status, result.step) == ("warning", "request") and result.ok
+    assert "got no reply in" in result.detail and "the check waits 1 s" in result.detail
+    assert "--check-timeout" in result.fix and "models.m.timeout_s (120 s)" in result.fix
+    assert result.seconds >= 1
     assert fresh.stats()["fault_timeout"] == 1
+
+
+def test_the_config_sets_the_check_time(fresh: SimServerProcess) -> None:
+    data = {**wire({"m": entry(fresh, "hang-m")}, "m", variant="text"), "check_timeout_s": 1}
+    [result] = event_loop.run(check_config(load_config(data), environ={KEY_ENV: KEY}))
+    assert result.status == "warning" and "the check waits 1 s" in result.detail
+    assert load_config(wire({}, "scripted")).check_timeout_s == 10
+    with pytest.raises(ConfigError, match="check_timeout_s"):
+        load_config({**data, "check_timeout_s": 0})
+
+
+@pytest.fixture(scope="module")
+def slow() -> Iterator[SimServerProcess]:
+    """A server that lists its model at once and takes 3 s to a first token."""
+    config = {"models": {"slow-m": {"text": "OK"}}, "latency": {"ttft_s": 3.0}}
+    with SimServerProcess(config) as server:
+        yield server
+
+
+def test_a_slow_server_warns_and_the_run_goes_on(
+    slow: SimServerProcess, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    slow.reset()
+    models = {"m": {"model": "slow-m", "base_url": slow.openai_url}}
+    data = wire(models, "m", variant="text", max_turns=1)
+    data["games"][0]["seeds"] = {"count": 1}
+    config, out = write(tmp_path, data), tmp_path / "run"
+    assert main(["check", config, "--timeout", "1"]) == 0  # the old name still works
+    assert "model m: the server answers, but" in capsys.readouterr().err
+    assert main(["check", config, "--check-timeout", "1", "--json"]) == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert (result["status"], result["step"]) == ("warning", "request")
+    assert main(["run", config, "--check-timeout", "1", "--out", str(out), "--quiet"]) == 0
+    err = capsys.readouterr().err
+    assert "pre-flight: model m: the server answers, but a tiny request" in err
+    assert "1 with a warning" not in err  # --quiet: the warning, not the summary line
+    [record] = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
+    assert record["outcome"] != "error" and record["model_calls"]["solver"]["requests"] == 1
 
 
 def test_server_down() -> None:
@@ -261,16 +302,37 @@ def test_a_cached_model_whose_server_is_down_runs_from_the_cache(
     data["cache"] = str(cache)
     first = tmp_path / "first"
     assert main(["run", write(tmp_path, data), "--out", str(first), "--quiet"]) == 0
-    # The same config with its server gone: the check warns instead of stopping the run, and
-    # the cache answers every request the first run made.
+    # The same config with its server gone: the cache holds the model's replies, so the check
+    # asks nothing, and the cache answers every request the first run made.
     data["models"]["m"]["base_url"] = f"http://127.0.0.1:{closed_port()}/v1"
     second = tmp_path / "second"
     capsys.readouterr()
-    assert main(["run", write(tmp_path, data), "--out", str(second), "--quiet"]) == 0
-    assert "replies come from the response cache" in capsys.readouterr().err
+    assert main(["run", write(tmp_path, data), "--out", str(second)]) == 0
+    assert "m: from the cache, not checked here" in capsys.readouterr().err
     records = [
         yaml.safe_load(line) for line in (second / "episodes.jsonl").read_text().splitlines()
     ]
     assert len(records) == 2 and {r["outcome"] for r in records} != {"error"}
     calls = [c for r in records for c in r["model_calls"].values()]
     assert calls and all(c["cached"] == c["requests"] for c in calls)
+
+
+def test_a_rerun_from_the_cache_sends_nothing_at_all(
+    fresh: SimServerProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_ENV, KEY)
+    data = wire({"m": entry(fresh, "solver-m")}, "m", variant="text")
+    data["cache"] = str(tmp_path / "cache.sqlite")
+    config = write(tmp_path, data)
+    [before] = event_loop.run(check_config(load_config(config), skip_cached=True))
+    assert before.status == "ok"  # an empty cache: the model is checked
+    assert main(["run", config, "--out", str(tmp_path / "first"), "--quiet"]) == 0
+    sent = fresh.stats()["requests"]
+    [skipped] = event_loop.run(check_config(load_config(config), skip_cached=True))
+    assert (skipped.status, skipped.step) == ("skipped", "cache")
+    assert "cache.sqlite holds" in skipped.detail and "'solver-m'" in skipped.detail
+    assert main(["run", config, "--out", str(tmp_path / "second"), "--quiet"]) == 0
+    assert fresh.stats()["requests"] == sent  # neither the check nor an episode asked
+    # parley check itself still asks the server: that is what it is run for.
+    assert main(["check", config]) == 0
+    assert fresh.stats()["requests"] == sent + 1
