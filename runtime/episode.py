@@ -87,6 +87,8 @@ class EpisodeOptions:
 _FROM_OUTSIDE = frozenset(
     {ReasonCode.OPERATOR_ABORT, ReasonCode.TURN_TIMEOUT, ReasonCode.HUMAN_LEFT}
 )
+# The codes an exception may carry for its episode's ending (a model call's ContextExceeded).
+_CODES = frozenset(code.value for code in ReasonCode)
 # Event sources that are not a role: a private event of theirs belongs to its recipient.
 _NOT_ROLES = frozenset({"", "gm", "environment"})
 MAX_SENT_IMAGES = 50_000  # then the memory starts over (an image sent twice costs only bytes)
@@ -449,7 +451,12 @@ class EpisodeRunner:
                 continue
             memory = spec.memory.get(role)
             policy = make_policy(
-                spec.players[role], role, info, f"{spec.id}:{role}", self.options.models
+                spec.players[role],
+                role,
+                info,
+                f"{spec.id}:{role}",
+                self.options.models,
+                {"seed": spec.seed, "repetition": spec.repetition},
             )
             agent = Agent(
                 role,
@@ -591,7 +598,13 @@ class EpisodeRunner:
         calls = getattr(exc, "calls", None)  # a model call that gave up (ModelUnavailable)
         if calls and isinstance(actor, _AgentActor) and not self.done.done():
             self._count_calls(who, calls)
-        self.fail(f"{who} failed: {type(exc).__name__}: {exc}", exc)
+        # A model call's own code (context_exceeded) where it has one; else the runtime's.
+        code = getattr(exc, "reason_code", None)
+        self.fail(
+            f"{who} failed: {type(exc).__name__}: {exc}",
+            exc,
+            code=ReasonCode(code) if code in _CODES else ReasonCode.EXCEPTION,
+        )
 
     def _finish(self, outcome: str, reason: str, code: ReasonCode | None) -> None:
         if self.done.done():
