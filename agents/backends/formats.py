@@ -310,10 +310,10 @@ def prepare(
     messages: list[PromptMessage], spec: ModelSpec
 ) -> tuple[str, list[tuple[str, list[Block]]], ImageReport]:
     """System text, then (role, blocks) that alternate user/assistant from a user turn, as
-    every chat API and template accepts: same-role neighbours merged, a history that opens
-    with the model's own reply preceded by a neutral opener, a last message that is not the
-    user's followed by a short turn prompt; images scaled and limited for ``spec`` (a note
-    in their place for a model that takes none)."""
+    the Anthropic API and strict chat templates require: same-role neighbours merged, a
+    history that opens with the model's own reply preceded by a neutral opener, a last
+    message that is not the user's followed by a short turn prompt; images scaled and limited
+    for ``spec`` (a note in their place for a model that takes none)."""
     report = ImageReport()
     system_parts: list[str] = []
     keep_from = 0
