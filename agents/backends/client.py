@@ -7,8 +7,9 @@ endpoint and with the limiter's view of overload. Requests go through the SDK's 
 ``client.post`` (documented for endpoints the typed methods do not cover) with a ready JSON body:
 the typed ``create`` methods walk every message of the request to transform it, which costs
 about a millisecond of CPU per call — the budget of a whole turn at 1000 requests/s.
-``transport: direct`` (:class:`DirectTransport`) sends the same requests over connections of
-parley's own, and to an OpenAI-compatible server without importing the SDK at all.
+``transport: direct`` (:class:`DirectTransport`) sends the same requests over an aiohttp session
+of its own, and to an OpenAI-compatible server without importing the SDK at all. Both transports
+take the proxy and TLS settings from one place (:func:`proxy_for`, :func:`tls_context`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import importlib
 import json
 import os
 import random
-import socket
+import re
+import ssl
 import sys
 import time
-import zlib
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -36,8 +37,10 @@ import orjson
 import yarl
 from opentelemetry import trace
 
+from parley.agents.backends import dialect
 from parley.agents.backends import spans as genai_spans
 from parley.agents.backends.cache import request_key
+from parley.agents.backends.dialect import ServerInfo
 from parley.agents.backends.formats import (
     MAX_REPLY_CHARS,
     AnthropicStream,
@@ -45,6 +48,7 @@ from parley.agents.backends.formats import (
     OpenAIStream,
     Reply,
     anthropic_body,
+    estimate_tokens,
     fit_max_tokens,
     load_body,
     openai_body,
@@ -81,9 +85,33 @@ class ModelUnavailable(RuntimeError):
     it ends the episode as ``error`` with this message as the reason; ``calls`` holds the
     record of each attempt (the episode counts them in ``model_calls``)."""
 
+    # The episode's reason code when this ends it (environments/base.py ReasonCode); None:
+    # the runtime's own (``exception``).
+    reason_code: str | None = None
+
     def __init__(self, message: str, calls: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.calls = calls or []
+
+
+class ContextExceeded(ModelUnavailable):
+    """A prompt longer than the model's context: never sent when parley can tell beforehand
+    (``context_size``, or the size the server reports), and what a server's refusal of the
+    same is classified as. Ends the episode with reason code ``context_exceeded``."""
+
+    reason_code = "context_exceeded"
+
+    def __init__(
+        self,
+        message: str,
+        calls: list[dict[str, Any]] | None = None,
+        *,
+        prompt_tokens: int | None = None,
+        context_size: int | None = None,
+    ) -> None:
+        super().__init__(message, calls)
+        self.prompt_tokens = prompt_tokens
+        self.context_size = context_size
 
 
 @dataclass
@@ -214,9 +242,31 @@ def classify(exc: BaseException) -> Failure:
     raise exc
 
 
+# How servers word a prompt over the context (llama.cpp, vLLM, OpenAI, Anthropic, TGI, Ollama)
+# and an image sent to a model without vision (llama.cpp, vLLM): neither is retried, as
+# neither can succeed on another attempt.
+_CONTEXT_WORDS = re.compile(
+    r"exceed_context_size|context_length_exceeded|maximum context length|exceeds the "
+    r"(available )?context|prompt is too long|input validation error: `inputs` tokens|"
+    r"context window|too many tokens",
+    re.IGNORECASE,
+)
+_NO_IMAGES_WORDS = re.compile(
+    r"image input is not supported|not a multimodal model|does not support (image|vision|"
+    r"multimodal)|at most 0 image|mmproj",
+    re.IGNORECASE,
+)
+
+
 def status_failure(status: int, headers: Mapping[str, str] | None, message: str) -> Failure:
     """An HTTP error status, classified: overload (429, 503, 529) shrinks the limit; 5xx, 408
-    and 409 are retried; other 4xx (bad request, wrong key) are not."""
+    and 409 are retried; other 4xx (bad request, wrong key) are not, nor a prompt over the
+    context (``context_exceeded``) or an image to a model that takes none, whatever status
+    the server gives them."""
+    if status in (400, 413, 422, 500) and _CONTEXT_WORDS.search(message):
+        return Failure("context_exceeded", message, status, retryable=False)
+    if status in (400, 422, 500) and _NO_IMAGES_WORDS.search(message):
+        return Failure("refused", message, status, retryable=False)
     after = retry_after(headers)
     if status == 429:
         return Failure("rate_limit", message, status, True, after, overload=True)
@@ -337,22 +387,134 @@ def _error_status(status: int, headers: Mapping[str, str], body: bytes) -> Failu
     return status_failure(status, headers, f"HTTP {status}: {text[:300]}")
 
 
-def _http_client(module: Any, spec: ModelSpec) -> httpx2.AsyncClient:
+def _http_client(module: Any, spec: ModelSpec, url: str) -> httpx2.AsyncClient:
     import httpx2
 
     # One connection pool per endpoint, big enough for the concurrency limit at its maximum.
     connections = spec.concurrency.max + 16
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
     timeout = httpx2.Timeout(spec.timeout_s, connect=min(10.0, spec.timeout_s))
+    # The proxy and TLS settings are the ones direct transport uses: the client's own reading
+    # of the environment is off, so that the two cannot differ.
+    options: dict[str, Any] = {
+        "limits": limits,
+        "timeout": timeout,
+        "trust_env": False,
+        "verify": tls_context(),
+        "proxy": proxy_for(url),
+    }
     if spec.http == "aiohttp":
-        return module.DefaultAioHttpClient(limits=limits, timeout=timeout)
-    return module.DefaultAsyncHttpxClient(limits=limits, timeout=timeout)
+        return module.DefaultAioHttpClient(**options)
+    return module.DefaultAsyncHttpxClient(**options)
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy that requests to ``url`` go through, on either transport: ``HTTPS_PROXY`` for
+    an https URL, ``HTTP_PROXY`` for an http one, else ``ALL_PROXY`` (either case, as
+    :func:`urllib.request.getproxies` reads them); None where ``NO_PROXY`` covers the host.
+
+    ``NO_PROXY`` is read as curl and the SDKs' own HTTP client read it: a comma-separated list
+    of ``*`` (every host), host names (each covers itself and its subdomains; ``.example.com``
+    and ``*.example.com`` only the subdomains), IP addresses and networks (``10.0.0.0/8``),
+    each with an optional ``:port``. Loopback is proxied like any host unless it is listed.
+    """
+    import urllib.request
+
+    found = urllib.request.getproxies()
+    target = yarl.URL(url)
+    proxy = found.get(target.scheme) or found.get("all")
+    if not proxy or _bypassed(target, found.get("no", "")):
+        return None
+    return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def _bypassed(target: yarl.URL, no_proxy: str) -> bool:
+    """Whether an entry of ``NO_PROXY``'s list covers ``target``'s host (and its port, where
+    the entry names one)."""
+    import ipaddress
+
+    host = (target.host or "").lower().rstrip(".")
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address | None
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if entry == "*":
+            return True
+        scheme, sep, rest = entry.partition("://")
+        if sep:
+            if scheme not in ("all", target.scheme):
+                continue
+            entry = rest
+        name, port = _host_port(entry)
+        if not name or (port is not None and port != target.port):
+            continue
+        if "/" in name or _is_address(name):
+            with contextlib.suppress(ValueError):
+                if address is not None and address in ipaddress.ip_network(name, strict=False):
+                    return True
+            continue
+        name = name.removeprefix("*")
+        if name.startswith("."):
+            if host.endswith(name):
+                return True
+        elif host == name or host.endswith("." + name):
+            return True
+    return False
+
+
+def _host_port(entry: str) -> tuple[str, int | None]:
+    """A ``NO_PROXY`` entry's host (an IPv6 address without its brackets) and port."""
+    if entry.startswith("["):
+        name, _, rest = entry[1:].partition("]")
+        if rest.startswith("/"):
+            return name + rest, None
+        port = rest[1:] if rest.startswith(":") else ""
+    elif entry.count(":") == 1:
+        name, _, port = entry.partition(":")
+    else:  # a name, or an IPv6 address without brackets
+        name, port = entry, ""
+    return name.rstrip("."), int(port) if port.isdigit() else None
+
+
+def _is_address(name: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings of every model request, on either transport (made once, as loading the
+    certificate authorities takes tens of milliseconds): the authorities of ``SSL_CERT_FILE``,
+    else of ``SSL_CERT_DIR``, else the system's, as the SDKs' own HTTP client finds them (on
+    macOS and Windows the system's trust store, through ``truststore``, where installed)."""
+    if cafile := os.environ.get("SSL_CERT_FILE"):
+        return ssl.create_default_context(cafile=cafile)
+    if capath := os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context(capath=capath)
+    if sys.platform in ("darwin", "win32"):
+        with contextlib.suppress(ImportError):
+            import truststore
+
+            return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    return ssl.create_default_context()
 
 
 def _common(messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams):  # type: ignore[no-untyped-def]
     system, turns, images = prepare(messages, spec)
-    max_tokens = fit_max_tokens(params, spec, system, turns)
     notes: dict[str, Any] = {}
+    max_tokens = params.max_tokens
+    if spec.context_size is not None:
+        # Counted only where a context is known: the check before sending needs it.
+        estimate = estimate_tokens(system, turns)
+        notes["prompt_tokens_estimate"] = estimate
+        max_tokens = fit_max_tokens(params, spec, system, turns, estimate)
     if images.sent or images.dropped:
         notes["images"] = images.record()
     if max_tokens != params.max_tokens:
@@ -484,10 +646,12 @@ def _user_agent() -> str:
 class DirectTransport:
     """``transport: direct``: the request the SDK would make — its URL and authentication
     (for OpenAI-compatible servers the key as a bearer token and the entry's ``headers``; for
-    Anthropic every header the SDK's client sends) — over connections of parley's own.
+    Anthropic every header the SDK's client sends) — over an aiohttp session of the endpoint's
+    own, through the proxy and with the TLS settings the SDK's client is given
+    (:func:`proxy_for`, :func:`tls_context`).
 
     For self-hosted servers at thousands of requests a second: the SDK's request machinery
-    (option models, URL parsing, httpx request objects) costs about five times the CPU of the
+    (option models, URL parsing, httpx request objects) costs several times the CPU of the
     HTTP exchange itself, and a run's event loop has one core. The URL is parsed once and the
     body encoded to bytes here (orjson), which spares aiohttp both per request.
     """
@@ -499,27 +663,35 @@ class DirectTransport:
         self.target = yarl.URL(url + backend.path)
         headers = {k: v for k, v in headers.items() if isinstance(v, str)}
         connections = spec.concurrency.max + 16
-        connect_s = min(10.0, spec.timeout_s)
+        # The proxy is found once, here: aiohttp's trust_env would look it up (and ~/.netrc)
+        # again in a thread on every request.
+        proxy = proxy_for(url)
+        self.proxy_headers: dict[str, str] | None = None
+        if proxy is not None:
+            parsed = yarl.URL(proxy)
+            if parsed.user is not None:
+                auth = aiohttp.encode_basic_auth(parsed.user, parsed.password or "")
+                self.proxy_headers = {"Proxy-Authorization": auth}
+                proxy = str(parsed.with_user(None))
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=connections, limit_per_host=connections),
+            connector=aiohttp.TCPConnector(
+                limit=connections,
+                limit_per_host=connections,
+                # Plain http needs no context: loading one costs tens of milliseconds.
+                ssl=tls_context() if self.target.scheme == "https" else True,
+            ),
             headers=headers,
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect_s),
-        )
-        # Whole (not streamed) replies from a plain http:// server: over connections of our own.
-        self.http1 = (
-            _Http1(self.target, headers, connect_s) if _Http1.fits(self.target, headers) else None
+            proxy=proxy,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, spec.timeout_s)),
         )
 
     async def send(
         self, body: dict[str, Any], stream: bool, headers: dict[str, str] | None = None
     ) -> Reply:
-        if self.http1 is not None and not stream:
-            got = await self.http1.post(_dumps(body), headers)
-            if got.status >= 400:
-                raise _error_status(got.status, got.headers, got.body)
-            return _parsed(self.backend.parse, got.body)
         start = time.monotonic()
-        async with self.session.post(self.target, data=_dumps(body), headers=headers) as response:
+        async with self.session.post(
+            self.target, data=_dumps(body), headers=headers, proxy_headers=self.proxy_headers
+        ) as response:
             if response.status >= 400:
                 raise _error_status(response.status, response.headers, await response.read())
             if not stream:
@@ -541,386 +713,7 @@ class DirectTransport:
             return acc.reply(ttft)
 
     async def aclose(self) -> None:
-        if self.http1 is not None:
-            self.http1.close()
         await self.session.close()
-
-
-# --- plain HTTP/1.1 for direct transport --------------------------------------------------------
-
-# Idle keep-alive connections older than this are closed rather than reused (aiohttp's default).
-KEEPALIVE_S = 15.0
-# A host name's addresses are looked up again after this long (aiohttp's ttl_dns_cache).
-DNS_TTL_S = 10.0
-_MAX_HEAD = 64 * 1024  # a response's status line and headers, at most
-# Request headers this client writes itself.
-_OWN_HEADERS = frozenset(
-    ("host", "content-length", "content-type", "connection", "transfer-encoding", "accept-encoding")
-)
-
-
-class _Response:
-    """One HTTP response as read off a connection."""
-
-    __slots__ = ("body", "headers", "keep_alive", "status")
-
-    def __init__(self, status: int, headers: dict[str, str], body: bytes, keep_alive: bool) -> None:
-        self.status = status
-        self.headers = headers  # names lower-cased
-        self.body = body
-        self.keep_alive = keep_alive
-
-
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection: a request written, its response read (status, headers, then a
-    body of Content-Length bytes, chunked, or up to the end of the connection)."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.idle_since = 0.0
-        self._buffer = bytearray()
-        self._waiter: asyncio.Future[_Response] | None = None
-        self._head: tuple[int, dict[str, str], int, bool] | None = None  # status, headers, at, ka
-        self._chunks: _Chunks | None = None  # a chunked body, as far as it is read
-        self._eof = False
-        self._got_bytes = False
-
-    # asyncio's protocol callbacks
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        waiter = self._waiter
-        if waiter is None or waiter.done():
-            # Bytes no request asked for (on an idle connection, after a whole response): its
-            # framing cannot be trusted, so it is not used again.
-            self.close()
-            return
-        self._got_bytes = True
-        self._buffer += data
-        self._parse()
-
-    def eof_received(self) -> bool:
-        self._eof = True
-        if self._waiter is not None:
-            self._parse()
-        return False  # the transport closes itself
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._eof = True
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            self._parse()
-            if not waiter.done():
-                waiter.set_exception(self._cut_short(exc))
-
-    # the exchange
-
-    async def exchange(self, request: list[bytes]) -> _Response:
-        """Write ``request`` (its byte pieces), and read its response."""
-        assert self.transport is not None
-        self._waiter = asyncio.get_running_loop().create_future()
-        self._buffer.clear()
-        self._head = None
-        self._chunks = None
-        self._got_bytes = False
-        self.transport.writelines(request)
-        try:
-            return await self._waiter
-        finally:
-            self._waiter = None
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _cut_short(self, exc: Exception | None) -> Exception:
-        if not self._got_bytes:
-            # As aiohttp reports it: a connection error (the response never began).
-            return aiohttp.ServerDisconnectedError()
-        # A response that began and did not end: a body cut short (bad_response).
-        return aiohttp.ClientPayloadError(f"Response payload is not completed: {exc!r}")
-
-    def _fail(self, exc: Exception) -> None:
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_exception(exc)
-        self.close()
-
-    def _parse(self) -> None:
-        waiter = self._waiter
-        assert waiter is not None
-        if waiter.done():
-            return
-        buffer = self._buffer
-        if self._head is None:
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buffer) > _MAX_HEAD:
-                    self._fail(BadResponse("the response's headers are too long"))
-                return
-            try:
-                head = _parse_head(bytes(buffer[:end]))
-            except ValueError as exc:
-                self._fail(BadResponse(f"not an HTTP response: {exc}"))
-                return
-            status, headers, keep_alive = head
-            if 100 <= status < 200:  # an interim response (100 Continue): the real one follows
-                del buffer[: end + 4]
-                self._parse()
-                return
-            self._head = (status, headers, end + 4, keep_alive)
-            if "chunked" in headers.get("transfer-encoding", "").lower():
-                self._chunks = _Chunks(end + 4)
-        status, headers, at, keep_alive = self._head
-        try:
-            body = _body(buffer, at, headers, status, self._eof, self._chunks)
-        except aiohttp.ClientPayloadError as exc:  # cut short: classified as aiohttp's
-            self._fail(exc)
-            return
-        except ValueError as exc:
-            self._fail(BadResponse(f"bad response body: {exc}"))
-            return
-        if body is None:
-            return  # more to come
-        if body is _UNTIL_CLOSE:
-            keep_alive = False
-            body = bytes(buffer[at:])
-        elif len(buffer) > at + len(body) and "content-length" in headers:
-            keep_alive = False  # more than the response: not used again (see data_received)
-        try:
-            body = _decoded(body, headers.get("content-encoding"))
-        except ValueError as exc:
-            self._fail(BadResponse(f"bad response body: {exc}"))
-            return
-        waiter.set_result(_Response(status, headers, body, keep_alive))
-
-
-_UNTIL_CLOSE = b"\x00until-close"  # a marker: the body is what came before the end
-
-
-def _parse_head(head: bytes) -> tuple[int, dict[str, str], bool]:
-    """Status, headers (lower-case names) and whether the connection stays open."""
-    lines = head.decode("latin-1").split("\r\n")
-    version, _, rest = lines[0].partition(" ")
-    if not version.startswith("HTTP/1."):
-        raise ValueError(f"status line {lines[0][:80]!r}")
-    status = int(rest[:3])
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon:
-            raise ValueError(f"header line {line[:80]!r}")
-        headers[name.strip().lower()] = value.strip()
-    connection = headers.get("connection", "").lower()
-    # HTTP/1.1 keeps the connection unless told to close; 1.0 closes it unless told to keep it.
-    keep_alive = "close" not in connection if version != "HTTP/1.0" else "keep-alive" in connection
-    return status, headers, keep_alive
-
-
-def _body(
-    buffer: bytearray,
-    at: int,
-    headers: dict[str, str],
-    status: int,
-    eof: bool,
-    chunks: _Chunks | None = None,
-) -> bytes | None:
-    """The body once it is all in ``buffer`` (from ``at``); None while more is to come;
-    ``_UNTIL_CLOSE`` when it ended with the connection. ``chunks``: a chunked body's reader,
-    which keeps its place between reads."""
-    if status in (204, 304):
-        return b""
-    if chunks is not None:
-        return chunks.body(buffer, eof)
-    length = headers.get("content-length")
-    if length is not None:
-        n = int(length)
-        if n < 0:
-            raise ValueError(f"Content-Length {length}")
-        if len(buffer) - at >= n:
-            return bytes(buffer[at : at + n])
-        if eof:
-            raise aiohttp.ClientPayloadError(
-                f"Response payload is not completed: {len(buffer) - at} of {n} bytes"
-            )
-        return None
-    return _UNTIL_CLOSE if eof else None
-
-
-class _Chunks:
-    """A chunked body read as it arrives: each complete chunk is taken once, so a body of many
-    small chunks over many reads is not parsed again from its start on every read."""
-
-    __slots__ = ("at", "pieces")
-
-    def __init__(self, at: int) -> None:
-        self.at = at  # where the next chunk's size line starts in the buffer
-        self.pieces: list[bytes] = []
-
-    def body(self, buffer: bytearray, eof: bool) -> bytes | None:
-        """The whole body once the last chunk and the trailers are in ``buffer``; None while
-        more is to come. ``ValueError`` for a bad size line, ``ClientPayloadError`` for a body
-        cut short by the end of the connection."""
-        at = self.at
-        while True:
-            line_end = buffer.find(b"\r\n", at)
-            if line_end < 0:
-                break
-            size = int(bytes(buffer[at:line_end]).split(b";", 1)[0].strip(), 16)
-            if size == 0:
-                # The last chunk, then trailers (if any) up to an empty line.
-                if buffer.find(b"\r\n\r\n", line_end) >= 0:
-                    return b"".join(self.pieces)
-                break
-            start = line_end + 2
-            if len(buffer) < start + size + 2:
-                break
-            self.pieces.append(bytes(buffer[start : start + size]))
-            at = self.at = start + size + 2
-        if eof:
-            raise aiohttp.ClientPayloadError("Response payload is not completed: chunked body cut")
-        return None
-
-
-def _decoded(body: bytes, encoding: str | None) -> bytes:
-    """The body with its Content-Encoding (gzip, deflate) undone (none is asked for)."""
-    if not encoding or encoding.lower() == "identity":
-        return body
-    kind = encoding.lower()
-    try:
-        if kind in ("gzip", "x-gzip"):
-            return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-        if kind == "deflate":
-            try:
-                return zlib.decompress(body)
-            except zlib.error:
-                return zlib.decompress(body, -zlib.MAX_WBITS)
-    except zlib.error as exc:
-        raise ValueError(f"{encoding} body: {exc}") from None
-    raise ValueError(f"Content-Encoding {encoding!r}")
-
-
-class _Http1:
-    """Requests to one plain ``http://`` URL over keep-alive connections of its own.
-
-    aiohttp's client spends more CPU on a small JSON request (URL and header objects, cookie
-    and trace hooks, its response and payload objects) than the rest of a model call; this
-    writes the request's bytes (a header block made once) and reads the response with a few
-    ``bytes.find`` calls. Connections are reused most recently used first; idle ones older
-    than :data:`KEEPALIVE_S` are closed. The endpoint's limiter bounds how many are open.
-    """
-
-    def __init__(self, target: yarl.URL, headers: Mapping[str, str], connect_s: float) -> None:
-        assert target.host is not None and target.port is not None
-        self.host = target.raw_host or target.host
-        self.port = target.port
-        self.connect_s = connect_s
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        if target.explicit_port is not None:
-            host = f"{host}:{target.port}"
-        lines = [f"POST {target.raw_path_qs} HTTP/1.1", f"Host: {host}"]
-        lines += [f"{k}: {v}" for k, v in headers.items() if k.lower() not in _OWN_HEADERS]
-        lines += ["Content-Type: application/json", "Content-Length: "]
-        self._head = "\r\n".join(lines).encode("latin-1")
-        self._idle: deque[_Connection] = deque()
-        self._open: set[_Connection] = set()
-        # The host's addresses, looked up once for every connection made meanwhile (a ramp
-        # opens a thousand at once), and when.
-        self._addresses: asyncio.Future[list[tuple[Any, ...]]] | None = None
-        self._looked_up = 0.0
-
-    @staticmethod
-    def fits(target: yarl.URL, headers: Mapping[str, str]) -> bool:
-        """Whether a URL and headers can go this way: plain http without credentials in the
-        URL, and header values that are one line of Latin-1 (others go through aiohttp)."""
-        if target.scheme != "http" or target.user or target.password or not target.host:
-            return False
-        for k, v in headers.items():
-            text = f"{k}{v}"
-            if "\r" in text or "\n" in text or not text.isascii():
-                return False
-        return True
-
-    def _request(self, body: bytes, headers: Mapping[str, str] | None) -> list[bytes]:
-        extra = ""
-        if headers:
-            # A list, not a generator: this runs on every traced request (its traceparent).
-            extra = "".join([f"\r\n{k}: {v}" for k, v in headers.items() if "\n" not in k + v])
-        head = b"%s%d%s\r\n\r\n" % (self._head, len(body), extra.encode("latin-1"))
-        return [head, body]
-
-    async def _connection(self) -> _Connection:
-        now = time.monotonic()
-        idle = self._idle
-        while idle:
-            conn = idle.pop()
-            if not conn.closed and now - conn.idle_since < KEEPALIVE_S:
-                return conn
-            self._drop(conn)
-        async with asyncio.timeout(self.connect_s):
-            conn = await self._connect()
-        self._open.add(conn)
-        return conn
-
-    async def _connect(self) -> _Connection:
-        """A new connection to the first of the host's addresses that takes one."""
-        loop = asyncio.get_running_loop()
-        if self._addresses is None or time.monotonic() - self._looked_up > DNS_TTL_S:
-            self._looked_up = time.monotonic()
-            self._addresses = asyncio.ensure_future(
-                loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM)
-            )
-        lookup = self._addresses
-        try:
-            # Shielded: one caller's deadline does not end the lookup the others wait for.
-            addresses = await asyncio.shield(lookup)
-        except OSError:
-            if self._addresses is lookup:
-                self._addresses = None  # a failed lookup is not kept: the next one tries again
-            raise
-        error: OSError | None = None
-        for family, _, proto, _, address in addresses:
-            try:
-                _, conn = await loop.create_connection(
-                    _Connection, address[0], address[1], family=family, proto=proto
-                )
-                return conn
-            except OSError as exc:
-                error = exc
-        raise error or OSError(f"no address for {self.host}")
-
-    def _drop(self, conn: _Connection) -> None:
-        conn.close()
-        self._open.discard(conn)
-
-    async def post(self, body: bytes, headers: Mapping[str, str] | None = None) -> _Response:
-        conn = await self._connection()
-        try:
-            response = await conn.exchange(self._request(body, headers))
-        except BaseException:
-            # Cancelled (the call's deadline), cut short, or refused: the connection's state is
-            # unknown, so it is not reused.
-            self._drop(conn)
-            raise
-        if response.keep_alive and not conn.closed:
-            conn.idle_since = time.monotonic()
-            self._idle.append(conn)
-            # The oldest idle connections, which the most recently used ones stand in front of.
-            while self._idle and conn.idle_since - self._idle[0].idle_since >= KEEPALIVE_S:
-                self._drop(self._idle.popleft())
-        else:
-            self._drop(conn)
-        return response
-
-    def close(self) -> None:
-        for conn in list(self._open):
-            conn.close()
-        self._open.clear()
-        self._idle.clear()
 
 
 # --- endpoints ------------------------------------------------------------------------------
@@ -958,6 +751,10 @@ class Endpoint:
         # For the run status: the latest successful latencies, and requests given up here.
         self.latencies: deque[float] = deque(maxlen=512)
         self.gave_up = 0
+        # What the server is (dialect.py): known from the config or the host, else probed
+        # before the first request that goes out (a reply from the cache needs none).
+        self.info: ServerInfo | None = dialect.known(backend.provider, url, spec.dialect)
+        self._identifying: asyncio.Future[ServerInfo] | None = None
         self._health: asyncio.Task[None] | None = None
         if spec.health.path:
             self._health = asyncio.get_running_loop().create_task(
@@ -969,7 +766,7 @@ class Endpoint:
     # of the SDK and an SSL context that loads every CA certificate (about 20 ms).
     @functools.cached_property
     def http(self) -> httpx2.AsyncClient:
-        return _http_client(self.backend.sdk, self.spec)
+        return _http_client(self.backend.sdk, self.spec, self.url)
 
     @functools.cached_property
     def client(self) -> Any:
@@ -978,6 +775,27 @@ class Endpoint:
     @property
     def healthy(self) -> bool:
         return time.monotonic() >= self.down_until
+
+    async def identify(self) -> ServerInfo:
+        """The endpoint's :class:`~parley.agents.backends.dialect.ServerInfo`, probed once
+        (concurrent callers share the probe); a probe that learns nothing gives ``unknown``."""
+        if self.info is not None:
+            return self.info
+        if self._identifying is None:
+            self._identifying = asyncio.ensure_future(self._probe_dialect())
+        info = await asyncio.shield(self._identifying)
+        self.info = info
+        return info
+
+    async def _probe_dialect(self) -> ServerInfo:
+        headers = dict(self.spec.headers)
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        try:
+            info, _ = await dialect.probe(self.backend.provider, self.url, self.spec.model, headers)
+        except Exception as exc:  # a probe must never cost a request: unknown, and say why
+            return dialect.ServerInfo("unknown", "probe", evidence=f"probe failed: {_short(exc)}")
+        return info
 
     def succeeded(self) -> None:
         self.failures = 0
@@ -1072,6 +890,8 @@ class Completion:
     reply: Reply
     calls: list[dict[str, Any]] = field(default_factory=list)
     latency_s: float = 0.0
+    # The constraint as sent (its form settled by the server's dialect), or None.
+    constraint: Constraint | None = None
 
 
 class ModelClient:
@@ -1104,6 +924,8 @@ class ModelClient:
         self.replies: ReplyStore | None = None
         # The response cache (cache.py), consulted before calling, filled by successes.
         self.cache: ResponseCache | None = None
+        # The entry as its server is (identify()): None until the endpoints are known.
+        self._served: ModelSpec | None = None
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -1132,17 +954,92 @@ class ModelClient:
         ceiling = min(retry.backoff_max_s, retry.backoff_s * 2 ** (attempt - 1))
         return self._rng.uniform(0.0, ceiling)  # full jitter
 
+    @property
+    def info(self) -> ServerInfo:
+        """The dialect of the model's first endpoint as known so far (``unknown`` until it is
+        probed)."""
+        known = self.endpoints[0].info if self.endpoints else None
+        return known or dialect.ServerInfo("unknown", "probe", evidence="not probed yet")
+
+    async def identify(self) -> ServerInfo:
+        """Probe the endpoints once (those not known from the config or their host), and
+        settle what follows for this model: the constraint form, a context size the entry
+        does not declare, and no images where the server takes none."""
+        if self._served is not None:
+            return self.info
+        infos = await asyncio.gather(*(e.identify() for e in self.endpoints))
+        spec = self.spec
+        changes: dict[str, Any] = {}
+        if spec.context_size is None:
+            sizes = [i.context_size for i in infos if i.context_size]
+            if sizes:
+                changes["context_size"] = min(sizes)
+        if spec.images and any(i.images is False for i in infos):
+            changes["images"] = False
+        self._served = spec.model_copy(update=changes) if changes else spec
+        return self.info
+
+    @property
+    def served_spec(self) -> ModelSpec:
+        """The entry as the server is: :attr:`spec` with what :meth:`identify` learnt."""
+        return self._served or self.spec
+
+    def _held(
+        self, body: dict[str, Any], notes: dict[str, Any], constraint: Constraint | None
+    ) -> tuple[dict[str, Any], Constraint | None]:
+        """``body`` with ``constraint`` in the form the server takes; the call's notes say
+        whether it was held, and why not."""
+        if constraint is None:
+            return body, None
+        sent = constraint.resolved(self.info.constraint)
+        if sent is None:
+            notes.update(
+                constrained=False,
+                constraint=f"the {self.info.traits.label} server takes no constraint on the reply",
+            )
+            return body, None
+        notes.update(sent.record())
+        return sent.apply(body), sent
+
     def body(
         self,
         messages: list[PromptMessage],
         params: GenerationParams,
         constraint: Constraint | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The request body of a call, and notes for its record (images, max_tokens)."""
-        body, notes = self.backend.body(messages, self.spec, params)
-        if constraint is not None:
-            body = constraint.apply(body)
+        """The request body of a call, and notes for its record (images, max_tokens, the
+        constraint as sent)."""
+        body, notes = self.backend.body(messages, self.served_spec, params)
+        body, _ = self._held(body, notes, constraint)
         return body, notes
+
+    def cache_key(
+        self,
+        messages: list[PromptMessage],
+        params: GenerationParams,
+        constraint: Constraint | None = None,
+        draw: Mapping[str, Any] | None = None,
+    ) -> str:
+        """The response cache's key of a call: the request as the entry asks it (before
+        anything a server's dialect changes), the legal actions it is held to, and — unless
+        sampling is greedy (``temperature: 0``) — the draw (``seed`` and ``repetition`` of
+        the episode), so that one repetition never replays another's reply."""
+        identity, _ = self.backend.body(messages, self.spec, params)
+        return self._key(identity, constraint, draw, params)
+
+    def _key(
+        self,
+        identity: dict[str, Any],
+        constraint: Constraint | None,
+        draw: Mapping[str, Any] | None,
+        params: GenerationParams,
+    ) -> str:
+        identity = dict(identity)
+        if constraint is not None:
+            identity["parley.constrain"] = list(constraint.choices)
+        if draw and params.temperature != 0:
+            identity["parley.draw"] = dict(draw)
+        return request_key(self.backend.provider, identity)
 
     async def complete(
         self,
@@ -1150,33 +1047,65 @@ class ModelClient:
         params: GenerationParams,
         *,
         constraint: Constraint | None = None,
+        draw: Mapping[str, Any] | None = None,
     ) -> Completion:
-        """Ask the model, retrying what can be retried; raises :class:`ModelUnavailable`.
-        ``constraint`` holds the reply to the turn's legal actions (constrain.py); a reply
-        the run's batch fetched for this very request (batch.py) is served without a call."""
+        """Ask the model, retrying what can be retried; raises :class:`ModelUnavailable`
+        (:class:`ContextExceeded` for a prompt over the context, which is never sent).
+        ``constraint`` holds the reply to the turn's legal actions (constrain.py), in the
+        form the endpoint's dialect takes; a reply the run's batch fetched for this very
+        request (batch.py) or the response cache holds is served without a call."""
         if self.unavailable:
             raise ModelUnavailable(f"model {self.name} is unavailable: {self.unavailable}")
         spec = self.spec
-        body, notes = self.body(messages, params, constraint)
+        fallback: dict[str, Any] = {}
         if self.replies is not None:
-            stored = self.replies.take(body, notes)
+            body, notes = self.body(messages, params, constraint)
+            stored = self.replies.take(body, fallback)
             if stored is not None:
+                stored.constraint = (
+                    constraint.resolved(self.info.constraint) if constraint else None
+                )
                 return stored
+        body, notes = self.backend.body(messages, spec, params)
         key: str | None = None
         if self.cache is not None:
-            key = request_key(self.backend.provider, body)
+            key = self._key(body, constraint, draw, params)
             entry = await self.cache.get(key)
             if entry is not None:
-                done = _replayed(entry, notes)
+                done = _replayed(entry, notes, constraint)
                 self._trace_replay(body, done)
                 return done
+        if self._served is None:
+            await self.identify()
+        if self.served_spec is not spec:
+            body, notes = self.backend.body(messages, self.served_spec, params)
+        body, sent = self._held(body, notes, constraint)
+        notes.update(fallback)  # why a batch that was to answer this did not
+        context = self.served_spec.context_size
+        estimate = notes.get("prompt_tokens_estimate")
+        if context is not None and estimate is not None and estimate > context:
+            # Never sent: the server would refuse it, or cut the prompt and answer something.
+            record = {"attempt": 1, "endpoint": self.endpoints[0].label, **notes}
+            record.update(
+                outcome="context_exceeded",
+                sent=False,
+                error="not sent: the prompt is over the context",
+            )
+            raise ContextExceeded(
+                f"model {self.name}: the prompt is about {estimate} tokens, over the model's "
+                f"context of {context} tokens; not sent (keep fewer turns in memory, or give "
+                "the model a bigger context)",
+                [record],
+                prompt_tokens=estimate,
+                context_size=context,
+            )
         calls: list[dict[str, Any]] = []
         start = time.monotonic()
         attempt = 0
         while True:
             attempt += 1
             endpoint = self.pick()
-            record: dict[str, Any] = {"attempt": attempt, "endpoint": endpoint.label}
+            record = {"attempt": attempt, "endpoint": endpoint.label}
             if attempt == 1 and notes:
                 record.update(notes)
             calls.append(record)
@@ -1197,12 +1126,17 @@ class ModelClient:
                     or elapsed + delay > spec.retry.max_elapsed_s
                 ):
                     endpoint.gave_up += 1
-                    raise ModelUnavailable(self._give_up(calls, elapsed, failure), calls) from None
+                    message = self._give_up(calls, elapsed, failure)
+                    if failure.kind == "context_exceeded":
+                        raise ContextExceeded(
+                            message, calls, prompt_tokens=estimate, context_size=context
+                        ) from None
+                    raise ModelUnavailable(message, calls) from None
                 record["backoff_s"] = round(delay, 3)
                 await asyncio.sleep(delay)
                 continue
             record["outcome"] = "ok"
-            done = Completion(reply, calls, time.monotonic() - start)
+            done = Completion(reply, calls, time.monotonic() - start, sent)
             if key is not None and self.cache is not None:
                 # Only successes reach here: errors are never cached.
                 await self.cache.put(key, spec.model, _cache_entry(reply, record))
@@ -1390,13 +1324,18 @@ def _cache_entry(reply: Reply, record: dict[str, Any]) -> dict[str, Any]:
         "repaired": reply.repaired,
         "length": reply.length,
         "call": {
-            k: record[k] for k in ("usage", "finish_reason", "repaired", "cut") if k in record
+            k: record[k]
+            for k in ("usage", "finish_reason", "repaired", "cut", "constrained", "constraint")
+            if k in record
         },
     }
 
 
-def _replayed(entry: dict[str, Any], notes: dict[str, Any]) -> Completion:
-    """A cached reply as a completion: one attempt, ``cached``, taking no time."""
+def _replayed(
+    entry: dict[str, Any], notes: dict[str, Any], constraint: Constraint | None = None
+) -> Completion:
+    """A cached reply as a completion: one attempt, ``cached``, taking no time; held to
+    ``constraint`` in the form it was first sent."""
     usage = entry.get("usage")
     reply = Reply(
         text=entry["text"],
@@ -1410,7 +1349,11 @@ def _replayed(entry: dict[str, Any], notes: dict[str, Any]) -> Completion:
     record: dict[str, Any] = {"attempt": 1, "endpoint": "cache", **notes}
     record.update(entry.get("call") or {})
     record.update(outcome="ok", cached=True, latency_s=0.0)
-    return Completion(reply, [record], 0.0)
+    sent: Constraint | None = None
+    held = record.get("constraint")
+    if constraint is not None and record.get("constrained") and isinstance(held, dict):
+        sent = constraint.resolved(held.get("via"))
+    return Completion(reply, [record], 0.0, sent)
 
 
 # What a model call runs in when tracing is off (the tracer is a no-op one).
