@@ -303,9 +303,26 @@ async def _round_trip(
         content.append(ImagePart.from_bytes(tiny_png()))
     messages = [PromptMessage(role="user", content=content)]
     pool = ModelPool({name: quick}, environ=environ)
+    no_images = (
+        f"set models.{name}.images: false, so that the games' text variants are played "
+        "(parley run --model: add --text-only)"
+    )
     sent = time.monotonic()
     try:
-        completion = await pool.client(name).complete(messages, params)
+        client = pool.client(name)
+        # A server that says it takes no images has them left out of every request: the
+        # episodes would play a picture variant without the pictures.
+        if images and (await client.identify()).images is False:
+            info = client.info
+            said = f"{info.traits.label}, {info.evidence}" if info.evidence else info.traits.label
+            raise _Failed(
+                "request",
+                "the entry takes images and a role it plays is shown them here, but the "
+                f"server takes no images (so says {said})",
+                no_images,
+            )
+        sent = time.monotonic()
+        completion = await client.complete(messages, params)
     except TimeoutError:
         raise _Slow(time.monotonic() - sent) from None
     except ModelUnavailable as exc:
@@ -320,10 +337,7 @@ async def _round_trip(
                 else f"name the variable that holds the key in models.{name}.api_key_env"
             )
         elif images and "image" in detail.lower():
-            fix = (
-                f"this server takes no images: set models.{name}.images: false "
-                "(parley run --model: add --text-only)"
-            )
+            fix = f"this server takes no images: {no_images}"
         raise _Failed("request", f"a tiny request failed: {detail}", fix) from None
     finally:
         await pool.aclose()
