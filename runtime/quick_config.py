@@ -7,14 +7,16 @@ pairings instead). The model entry takes its base URL from ``--base-url`` or the
 usual variable (``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL``) and names the key's variable
 (``OPENAI_API_KEY``, ``ANTHROPIC_API_KEY``) when it is set, or when the provider's hosted API
 is meant, which needs one; a local server needs none. ``--text-only`` declares a model that
-takes no images, so that the games' text variants are played. The config made is validated
-and written to the run folder's ``config.yaml`` as any other.
+takes no images, so that the games' text variants are played; a server that says it takes
+none (llama.cpp without a vision projector) is taken as such without it. The config made is
+validated and written to the run folder's ``config.yaml`` as any other.
 """
 
 from __future__ import annotations
 
 import argparse
 import fnmatch
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +29,8 @@ from parley.runtime.config import (
     ExperimentConfig,
     load_config,
 )
+
+log = logging.getLogger("parley.run")
 
 PROVIDERS: dict[str, tuple[str, str, str]] = {
     # provider: (its key's variable, its base URL's variable, its hosted API's host)
@@ -265,15 +269,39 @@ def run_config(args: argparse.Namespace, overrides: list[str]) -> ExperimentConf
     if not args.model:
         games = ", ".join(_games(words))
         raise CommandLineError(f"name the model to play {games} with: --model PROVIDER/NAME")
+    text_only = args.text_only or _takes_no_images(args.model, args.base_url)
     data = quick_data(
         words,
         args.model,
         base_url=args.base_url,
         seeds=args.seeds,
         pairs=args.pair,
-        text_only=args.text_only,
+        text_only=text_only,
     )
     return load_config(data, overrides)
+
+
+def _takes_no_images(model: str, base_url: str | None) -> bool:
+    """Whether the server at ``base_url`` says it takes no images (dialect.py's probe, as
+    llama.cpp's ``/props`` tells): then the text variants are played, as with
+    ``--text-only``, and the run says so. A server that says nothing is taken at its word
+    of ``images: true``, which the pre-flight then checks."""
+    if not base_url:
+        return False
+    from parley import event_loop
+    from parley.agents.backends import dialect
+
+    provider, _, name = model.partition("/")
+    info, _ = event_loop.run(dialect.probe(provider, base_url.rstrip("/"), name))
+    if info.images is False:
+        log.warning(
+            "%s at %s takes no images (%s): the games' text variants are played",
+            name,
+            base_url,
+            info.evidence,
+        )
+        return True
+    return False
 
 
 def command_words(args: argparse.Namespace) -> list[str]:
