@@ -666,12 +666,26 @@ class DirectTransport:
         # The proxy is found once, here: aiohttp's trust_env would look it up (and ~/.netrc)
         # again in a thread on every request.
         proxy = proxy_for(url)
+        # Through a proxy the headers go with each request: aiohttp hands a session's own
+        # headers to the proxy too (its Authorization, the API key, as Proxy-Authorization).
+        self.headers: dict[str, str] | None = None
         self.proxy_headers: dict[str, str] | None = None
         if proxy is not None:
+            self.headers = headers
+            headers = {}
             parsed = yarl.URL(proxy)
             if parsed.user is not None:
-                auth = aiohttp.encode_basic_auth(parsed.user, parsed.password or "")
-                self.proxy_headers = {"Proxy-Authorization": auth}
+                auth = {
+                    "Proxy-Authorization": aiohttp.encode_basic_auth(
+                        parsed.user, parsed.password or ""
+                    )
+                }
+                # aiohttp sends proxy_headers only with a tunnel's CONNECT: a plain http
+                # request carries the proxy's credentials itself.
+                if self.target.scheme == "https":
+                    self.proxy_headers = auth
+                else:
+                    self.headers = {**self.headers, **auth}
                 proxy = str(parsed.with_user(None))
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(
@@ -689,6 +703,8 @@ class DirectTransport:
         self, body: dict[str, Any], stream: bool, headers: dict[str, str] | None = None
     ) -> Reply:
         start = time.monotonic()
+        if self.headers is not None:
+            headers = {**self.headers, **headers} if headers else self.headers
         async with self.session.post(
             self.target, data=_dumps(body), headers=headers, proxy_headers=self.proxy_headers
         ) as response:
