@@ -430,7 +430,7 @@ async def check_models(
     Models with ``launch:`` are skipped, or with ``launch`` started, checked and stopped."""
     import os
 
-    from parley.agents.backends.client import BACKENDS, uses_sdk
+    from parley.agents.backends.transport import BACKENDS, uses_sdk
 
     env = environ if environ is not None else os.environ
     # The SDKs take seconds to import: before any timeout starts, not inside one.

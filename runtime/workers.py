@@ -62,9 +62,9 @@ from opentelemetry import trace
 
 import parley.bus as bus_module
 from parley import event_loop
-from parley.agents.backends.client import BACKENDS, uses_sdk
 from parley.agents.backends.pool import ModelPool
 from parley.agents.backends.spec import ModelSpec
+from parley.agents.backends.transport import BACKENDS, uses_sdk
 from parley.bus.signing import RunKey
 from parley.event_loop import LoopLagProbe, Pacer, responsive_gc
 from parley.observability import tracing as tracing_module

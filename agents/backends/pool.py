@@ -8,15 +8,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from parley.agents.backends.cache import ResponseCache, resolve_path
-from parley.agents.backends.client import (
-    BACKENDS,
-    Endpoint,
-    ModelClient,
-    ModelUnavailable,
-    TracerFn,
-    api_key,
-)
+from parley.agents.backends.client import ModelClient, ModelUnavailable, TracerFn, api_key
+from parley.agents.backends.endpoint import Endpoint
 from parley.agents.backends.spec import ModelSpec
+from parley.agents.backends.transport import BACKENDS
 
 
 class ModelPool:

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from parley.agents.backends.client import BACKENDS
 from parley.agents.backends.formats import NO_IMAGES, OPENER, TURN_PROMPT, prepare
 from parley.agents.backends.spec import GenerationParams, ModelSpec
+from parley.agents.backends.transport import BACKENDS
 from parley.bus.messages import ImagePart, PromptMessage, TextPart
 from parley.environments import registry
 from parley.environments.registry import GameInfo

@@ -12,9 +12,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-from parley.agents.backends.client import BACKENDS, uses_sdk
 from parley.agents.backends.simserver import SimServerProcess
 from parley.agents.backends.spec import ModelSpec
+from parley.agents.backends.transport import BACKENDS, uses_sdk
 from tests.backends.conftest import base_sim
 
 ROOT = Path(__file__).resolve().parents[2]

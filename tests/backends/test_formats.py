@@ -13,7 +13,6 @@ import time
 import pytest
 from PIL import Image
 
-from parley.agents.backends.client import retry_after
 from parley.agents.backends.formats import (
     EARLIER_IMAGE,
     NO_IMAGES,
@@ -29,6 +28,7 @@ from parley.agents.backends.formats import (
     prepare,
 )
 from parley.agents.backends.limiter import AdaptiveLimiter
+from parley.agents.backends.retry import retry_after
 from parley.agents.backends.spec import GenerationParams, ModelSpec
 from parley.bus.messages import ImagePart, PromptMessage, TextPart
 

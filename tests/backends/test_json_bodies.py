@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from parley.agents.backends.client import _dumps
 from parley.agents.backends.formats import BadResponse, load_body
+from parley.agents.backends.transport import _dumps
 
 
 def _loads(data: bytes) -> object:

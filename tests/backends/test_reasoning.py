@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from parley.agents.backends.client import BACKENDS
 from parley.agents.backends.simserver import SimServerProcess
 from parley.agents.backends.spec import ModelSpec, PriceSpec
+from parley.agents.backends.transport import BACKENDS
 from parley.bus.messages import PromptMessage, TextPart
 from parley.runtime.report import build_report
 from tests.backends.conftest import SOLVER_RULES, base_sim, model, play, transcript, wire_config
