@@ -14,8 +14,12 @@ from typing import Any
 from pydantic import create_model
 
 from parley.environments.base import GameMaster, PlayFn, Settings
+from parley.environments.privacy import LeakDetectors
 
 InstanceFn = Callable[[int, dict[str, Any]], dict[str, Any]]
+# Why a game departs from one of ``parley check-game``'s checks: the reason, or a function of
+# the game's settings that gives it ("" for settings under which the check holds).
+Exemption = str | Callable[[dict[str, Any]], str]
 
 # Where games come from: every entry point of this group names a module that registers its
 # games when imported (parley's own families are entry points of parley itself, in
@@ -37,6 +41,13 @@ class GameInfo:
     ``text_settings`` are the settings of the game's text variant (for text-only models).
     A game may give ``default_settings`` instead of a model (games written before models):
     a model is then made from it, each setting typed after its default value.
+
+    What the game knows about its own checks and facts (docs/games.md):
+    ``check_exemptions`` maps a check of ``parley check-game`` (``"oracle wins"``…) that the
+    game departs from to an :data:`Exemption`; ``shown_otherwise`` maps an observation-data
+    path to how the role is shown it when not in the data's own words (``"board"``: "the text
+    draws the board"), so the observation-data check skips it; ``leak_detectors`` says how
+    ``parley leaks`` finds each of the game's private facts in what a role says.
     """
 
     name: str
@@ -59,6 +70,9 @@ class GameInfo:
     # function of the episode's settings (a text variant renders nothing: a thread hop per call
     # would cost more than it saves).
     offload_game_master: bool | Callable[[dict[str, Any]], bool] = False
+    check_exemptions: Mapping[str, Exemption] = field(default_factory=dict)
+    shown_otherwise: Mapping[str, str] = field(default_factory=dict)
+    leak_detectors: LeakDetectors = field(default_factory=LeakDetectors)
 
     def __post_init__(self) -> None:
         model = self.settings
@@ -77,6 +91,11 @@ class GameInfo:
         """The settings episodes get: ``values`` validated by the game's model, defaults filled
         in, as a JSON-able dict (raises ``pydantic.ValidationError``)."""
         return self.settings.model_validate(dict(values)).model_dump(mode="json")
+
+    def exemption(self, check: str, settings: dict[str, Any] | None = None) -> str:
+        """Why this game departs from ``check`` with ``settings``, or "" where it keeps it."""
+        reason = self.check_exemptions.get(check, "")
+        return reason if isinstance(reason, str) else reason(settings or {})
 
     def offloads(self, settings: dict[str, Any]) -> bool:
         """Whether episodes with ``settings`` call the game in a worker thread."""

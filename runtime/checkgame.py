@@ -22,20 +22,21 @@ The checks, one row each in the table ``parley check-game`` prints:
 - **observation data**: ``data`` holds nothing the role was not shown (see
   :func:`unshown_leaves` for the heuristic and what it cannot check).
 
-A game that departs from a check for a reason declares it in :data:`EXEMPTIONS` (the row then
-reads ``exempt``, with the check's actual result in the detail).
+A game that departs from a check for a reason declares it in its ``GameInfo``
+(``check_exemptions``: the row then reads ``exempt`` with the reason, and the check still runs,
+its actual result in the detail, so an exemption no longer needed shows), and the observation
+data it shows in another form than the data's own words (``shown_otherwise``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import json
 import math
 import random
 import re
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from hashlib import sha256
 from typing import Any
@@ -49,47 +50,6 @@ from parley.runtime.episode import MAX_REPLY_CHARS, turn_request
 from parley.runtime.players import builtin_policy, make_policy
 
 MAX_REPLIES = 2_000  # an episode that has not ended after this many replies never will
-
-# Known ways a built-in game departs from a check, each with its reason: (game pattern, check)
-# -> reason. The row then reads "exempt" with the reason, and the check still runs (its
-# result shows in the detail), so an exemption that is no longer needed is visible.
-EXEMPTIONS: dict[tuple[str, str], str] = {
-    **{
-        (f"playground.{game}.e2e", "oracle wins"): (
-            "a two-player board game: the scripted player and the scripted opponent both "
-            "search, and neither is an oracle that must win (perfect TicTacToe is a draw)"
-        )
-        for game in ("tictactoe", "reversi", "gomoku", "chess")
-    },
-}
-
-# Observation data that the role is shown in another form than the data's own words, per game
-# (a pattern): data path -> how it is shown. Leaves at or under such a path are not looked
-# for in the text (the row's detail counts them, the notes list them); everything else is.
-SHOWN_OTHERWISE: dict[str, dict[str, str]] = {
-    "playground.*": {
-        "board": "the paper's numeric board encoding; the text draws the board",
-        "game": "the game's name; the system prompt describes the game",
-        "task": "the task's name; the system prompt describes the task",
-        "question.kind": "the question's type; the text asks the question",
-        "question.params": "the question's cell, 0-based; the text names it",
-        "fen": "the position as FEN; the text draws the board, side to move and castling",
-    },
-    "clem.reference": {
-        "images": "each grid's rows and cells as phrases; the text draws the grids",
-        "target": "the target's index; the text says which grid is the target",
-    },
-    "clem.matchit": {"units": "the grid's rows as phrases; the text draws the grid"},
-    "comma.atm": {"screen": "the screen's name; the text shows the screen"},
-    "comma.memory": {"lights": "stages passed; the text shows the stage indicator"},
-    "comma.maze": {
-        "mouse": "0-based (row, column); the text draws the maze",
-        "spheres": "0-based (row, column); the text draws the maze",
-        "torus": "0-based (row, column); the text draws the maze",
-        "walls": "0-based (row, column); the text draws the maze",
-    },
-    "mango.*": {"question.kind": "df or rf; the text asks the question"},
-}
 
 
 def oracle_name(info: GameInfo, role: str) -> str:
@@ -424,27 +384,6 @@ class GameReport:
         return all(r.passed or r.exempt for r in self.results)
 
 
-# Exemptions that hold only for some settings: (game pattern, check) -> reason or "".
-SETTINGS_EXEMPTIONS: dict[tuple[str, str], Callable[[dict[str, Any]], str]] = {
-    ("playground.chess.e2e", "deterministic"): lambda settings: (
-        "the Stockfish opponent searches for stockfish_time seconds a move, so its moves "
-        "depend on the machine's load; with stockfish_time: 0 and a stockfish_depth they repeat"
-        if settings.get("stockfish_time")
-        else ""
-    ),
-}
-
-
-def _exemption(game: str, check: str, settings: dict[str, Any] | None = None) -> str:
-    for (pattern, name), reason in EXEMPTIONS.items():
-        if name == check and fnmatch.fnmatchcase(game, pattern):
-            return reason
-    for (pattern, name), depends in SETTINGS_EXEMPTIONS.items():
-        if name == check and fnmatch.fnmatchcase(game, pattern):
-            return depends(settings or {})
-    return ""
-
-
 def _count(outcomes: list[str]) -> str:
     counts: dict[str, int] = {}
     for outcome in outcomes:
@@ -508,15 +447,10 @@ class _Checker:
         self.report = GameReport(info.name, seeds)
         self.ended: list[Played] = []
         self.data = DataFinding()
-        self.otherwise = {
-            path: how
-            for pattern, paths in SHOWN_OTHERWISE.items()
-            if fnmatch.fnmatchcase(info.name, pattern)
-            for path, how in paths.items()
-        }
+        self.otherwise = dict(info.shown_otherwise)
 
     def add(self, name: str, passed: bool, detail: str) -> None:
-        exempt = _exemption(self.info.name, name, self.settings)
+        exempt = self.info.exemption(name, self.settings)
         self.report.results.append(CheckResult(name, passed, detail, exempt))
 
     def oracles(self) -> dict[str, PlayFn | str]:

@@ -39,6 +39,10 @@ register(
         description="Reference game: describe the target of three pictures; the partner picks it",
         settings=reference.ReferenceSettings,
         text_settings=TEXT,
+        shown_otherwise={
+            "images": "each grid's rows and cells as phrases; the text draws the grids",
+            "target": "the target's index; the text says which grid is the target",
+        },
     )
 )
 
@@ -56,6 +60,7 @@ register(
         description="MatchIt: two players, one picture each; same or different?",
         settings=matchit.MatchItSettings,
         text_settings=TEXT,
+        shown_otherwise={"units": "the grid's rows as phrases; the text draws the grid"},
     )
 )
 

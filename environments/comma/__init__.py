@@ -23,6 +23,7 @@ from parley.environments.comma import (
     wire,
 )
 from parley.environments.comma.base import CommaGameMaster, CommaSettings, Puzzle
+from parley.environments.comma.leaks import LEAK_DETECTORS
 from parley.environments.comma.talk import random_solver
 from parley.environments.registry import GameInfo, register, renders_pictures
 
@@ -50,6 +51,9 @@ def register_puzzle(
             check_settings=puzzle.check_settings,
             # Observations render PNGs inside the game master: keep that off the event loop.
             offload_game_master=renders_pictures,
+            shown_otherwise=puzzle.shown_otherwise,
+            # One table for every puzzle: a fact's name means the same in each.
+            leak_detectors=LEAK_DETECTORS,
         )
     )
 

@@ -53,6 +53,9 @@ class AtmPuzzle(Puzzle):
         "press_0 … press_9 type digits, press_up/press_down move the highlight on the screen, "
         "press_enter chooses, press_delete removes the last digit typed."
     )
+    shown_otherwise: ClassVar[dict[str, str]] = {
+        "screen": "the screen's name; the text shows the screen"
+    }
 
     @classmethod
     def generate(cls, seed: int, settings: dict[str, Any]) -> dict[str, Any]:

@@ -93,6 +93,9 @@ class Puzzle(ABC):
     controls: ClassVar[str] = ""
     # The puzzle's settings model: the loop's own, and any of the puzzle's (a subclass).
     settings: ClassVar[type[CommaSettings]] = CommaSettings
+    # Observation data the solver is shown in another form than the data's own words: data
+    # path -> how (``GameInfo.shown_otherwise``, for parley check-game).
+    shown_otherwise: ClassVar[dict[str, str]] = {}
 
     def __init__(self, rules: Rules = "comma") -> None:
         self.rules: Rules = rules

@@ -116,6 +116,9 @@ class MazePuzzle(Puzzle):
         "move_up/move_down/move_left/move_right move the grey mouse one square; "
         "check_position presses the labyrinth button."
     )
+    shown_otherwise: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("mouse", "spheres", "torus", "walls"), "0-based (row, column); the text draws the maze"
+    )
 
     @classmethod
     def generate(cls, seed: int, settings: dict[str, Any]) -> dict[str, Any]:

@@ -93,6 +93,9 @@ class MemoryPuzzle(Puzzle):
     manual: ClassVar[str] = MANUAL
     multi_step: ClassVar[bool] = True
     controls: ClassVar[str] = "press_N presses the button labelled N, wherever it is."
+    shown_otherwise: ClassVar[dict[str, str]] = {
+        "lights": "stages passed; the text shows the stage indicator"
+    }
 
     @classmethod
     def generate(cls, seed: int, settings: dict[str, Any]) -> dict[str, Any]:

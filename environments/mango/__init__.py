@@ -44,6 +44,7 @@ for _kind, _description in (
             text_only=True,
             settings=MangoSettings,
             check_settings=check_settings,
+            shown_otherwise={"question.kind": "df or rf; the text asks the question"},
         )
     )
 

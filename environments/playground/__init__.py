@@ -18,7 +18,7 @@ from parley.environments.playground.reversi import ReversiKit
 from parley.environments.playground.sudoku import SudokuKit
 from parley.environments.playground.tasks import TASKS, master_for
 from parley.environments.playground.tictactoe import TicTacToeKit
-from parley.environments.registry import GameInfo, register, renders_pictures
+from parley.environments.registry import Exemption, GameInfo, register, renders_pictures
 
 KITS: dict[str, Kit] = {
     kit.name: kit
@@ -78,6 +78,29 @@ class SudokuSettings(E2ESettings):
     empty_cells: int = Field(45, ge=1, le=64)
 
 
+# Observation data every playground game shows in another form than the data's own words.
+SHOWN_OTHERWISE: dict[str, str] = {
+    "board": "the paper's numeric board encoding; the text draws the board",
+    "game": "the game's name; the system prompt describes the game",
+    "task": "the task's name; the system prompt describes the task",
+    "question.kind": "the question's type; the text asks the question",
+    "question.params": "the question's cell, 0-based; the text names it",
+    "fen": "the position as FEN; the text draws the board, side to move and castling",
+}
+TWO_PLAYER_E2E = (
+    "a two-player board game: the scripted player and the scripted opponent both search, and "
+    "neither is an oracle that must win (perfect TicTacToe is a draw)"
+)
+
+
+def _exemptions(kit: Kit, task: str) -> dict[str, Exemption]:
+    """The checks of ``parley check-game`` the game departs from in ``task``."""
+    if task != "e2e":
+        return {}
+    exemptions: dict[str, Exemption] = {"oracle wins": TWO_PLAYER_E2E} if kit.opponent_side else {}
+    return {**exemptions, **kit.e2e_exemptions}
+
+
 # Each E2E game's settings (search settings are shown to the opponent role).
 E2E_SETTINGS: dict[str, type[E2ESettings]] = {
     "reversi": SearchSettings,
@@ -127,6 +150,8 @@ def _register(kit: Kit, task: str) -> GameInfo:
             # event loop never waits on them.
             offload_players=True,
             offload_game_master=renders_pictures,
+            check_exemptions=_exemptions(kit, task),
+            shown_otherwise=SHOWN_OTHERWISE,
         )
     )
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import re
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import chess
@@ -26,6 +27,7 @@ from parley.environments.playground.kit import (
     numeric_question,
     pick_question,
 )
+from parley.environments.registry import Exemption
 
 FILES = "abcdefgh"
 PIECE_NAMES = {1: "pawn", 2: "knight", 3: "bishop", 4: "rook", 5: "queen", 6: "king"}
@@ -246,6 +248,16 @@ def search(board: chess.Board, depth: int, rng: random.Random) -> chess.Move:
     return rng.choice([m for v, m in scored if v == top])
 
 
+def _timed_search(settings: dict[str, Any]) -> str:
+    """Chess E2E departs from determinism only when Stockfish searches against the clock."""
+    if not settings.get("stockfish_time"):
+        return ""
+    return (
+        "the Stockfish opponent searches for stockfish_time seconds a move, so its moves "
+        "depend on the machine's load; with stockfish_time: 0 and a stockfish_depth they repeat"
+    )
+
+
 class ChessKit(Kit):
     name: ClassVar[str] = "chess"
     title: ClassVar[str] = "Chess"
@@ -276,6 +288,12 @@ class ChessKit(Kit):
     rule_task: ClassVar[str] = "A move is valid if it is a legal chess move for White."
     player_side: ClassVar[str] = "White"
     opponent_side: ClassVar[str | None] = "Black"
+    search_in_process: ClassVar[bool] = False  # Stockfish thinks in its own process
+    tells_move_note: ClassVar[bool] = True
+    scores_captured: ClassVar[bool] = True
+    e2e_exemptions: ClassVar[Mapping[str, Exemption]] = {
+        "deterministic": _timed_search,
+    }
 
     @property
     def col_labels(self) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -22,6 +22,7 @@ from parley.environments.playground.common import (
     canonical_cell,
     text_board,
 )
+from parley.environments.registry import Exemption
 
 
 @dataclass
@@ -154,6 +155,16 @@ class Kit(ABC):
     player_side: ClassVar[str] = "you"
     opponent_side: ClassVar[str | None] = None
     cell_px: ClassVar[int] = 48
+    # What the game can do that the tasks treat apart:
+    # its search runs in this process (pure Python, held under ``cpu_bound``); False for a
+    # search in a process of its own (Stockfish), which need not hold the lock meanwhile;
+    search_in_process: ClassVar[bool] = True
+    # the other side is told a move as its note (chess: SAN, with check) rather than as written;
+    tells_move_note: ClassVar[bool] = False
+    # the material the player captured is one of the E2E scores.
+    scores_captured: ClassVar[bool] = False
+    # The E2E game's departures from parley check-game's checks (``GameInfo.check_exemptions``).
+    e2e_exemptions: ClassVar[Mapping[str, Exemption]] = {}
 
     # pictures and text ------------------------------------------------------------------
 

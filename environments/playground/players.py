@@ -91,7 +91,7 @@ def players_for(kit: Kit, task: str) -> dict[str, dict[str, PlayFn]]:
         def search_opponent(view: View, rng: random.Random) -> str:
             data = _data(view)
             position = kit.from_view(data)
-            if kit.name == "chess":  # Stockfish thinks in its own process
+            if not kit.search_in_process:
                 move = kit.search_move(position, rng, data.get("search", {}))
             else:
                 with cpu_bound():

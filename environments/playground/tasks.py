@@ -381,7 +381,7 @@ class E2EMaster(_PlaygroundMaster):
         self.moves[role] += 1
         if role == "player":
             self.captured += played.captured
-        shown = played.note if self.kit.name == "chess" and played.note else raw
+        shown = played.note if self.kit.tells_move_note and played.note else raw
         self.record_action(role, move, StepResult(played.note or "played", progress=0.0))
         for other in self.roles:
             if other != role:
@@ -482,7 +482,7 @@ class E2EMaster(_PlaygroundMaster):
             invalid=float(self.invalid["player"]),
         )
         for key in ("captured", "black_discs", "filled", "correct", "revealed"):
-            if key in stats and (key != "captured" or self.kit.name == "chess"):
+            if key in stats and (key != "captured" or self.kit.scores_captured):
                 out[key] = float(stats[key])
         return out
 
