@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import Field
 
 from parley.environments.base import GameMaster, Observation, ReasonCode, Scores, Settings, View
+from parley.environments.privacy import Finding, LeakDetectors
 from parley.environments.registry import GameInfo, register
 
 CLUES = ("HIGHER", "LOWER")
@@ -111,6 +112,17 @@ def scripted_keeper(view: View, rng: random.Random) -> str:
     return "HIGHER" if data["secret"] > data["guess"] else "LOWER"
 
 
+def secret_told(text: str, norm: str, value: str) -> Finding | None:
+    """The secret in what the keeper says: the number ("37", "thirty-seven", not "137"), or
+    partly, a range of ten or fewer around it ("between 30 and 40")."""
+    if found := re.search(rf"(?<![0-9]){value}(?![0-9])", norm):
+        return Finding("", "exact" if value in text else "normalised", found[0])
+    for low, high in re.findall(r"between ([0-9]+) and ([0-9]+)", norm):
+        if int(high) - int(low) <= 10 and int(low) <= int(value) <= int(high):
+            return Finding("", "partial", f"between {low} and {high}")
+    return None
+
+
 register(
     GameInfo(
         name="guess.number",
@@ -125,5 +137,6 @@ register(
         },
         description="find a secret number from a keeper's HIGHER/LOWER clues",
         text_only=True,
+        leak_detectors=LeakDetectors({"secret": secret_told}),
     )
 )
