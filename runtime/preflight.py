@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
+from parley.agents.backends.network import request_options
 from parley.agents.backends.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -217,7 +218,9 @@ async def _served_names(
     target = _models_url(spec, url)
     shown = _shown(target)
     try:
-        async with session.get(target, headers=_headers(spec, key)) as response:
+        options = request_options(target)  # the proxy and TLS of the run's own requests
+        headers = {**_headers(spec, key), **options.pop("headers", {})}
+        async with session.get(target, headers=headers, **options) as response:
             status = response.status
             text = await response.text(errors="replace")
     except TimeoutError:

@@ -188,8 +188,12 @@ def _root(url: str) -> str:
 
 async def _get_json(session: Any, url: str, headers: dict[str, str]) -> tuple[Any, str | None]:
     """(the JSON answer, None) or (None, why not), never raising."""
+    from parley.agents.backends.network import request_options
+
     try:
-        async with session.get(url, headers=headers) as response:
+        options = request_options(url)  # the proxy and TLS of the run's own requests
+        sent = {**headers, **options.pop("headers", {})}
+        async with session.get(url, headers=sent, **options) as response:
             if response.status != 200:
                 return None, f"HTTP {response.status}"
             return await response.json(content_type=None), None

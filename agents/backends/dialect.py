@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
+from parley.agents.backends.network import request_options
+
 Dialect = Literal[
     "vllm", "sglang", "llamacpp", "ollama", "tgi", "lmstudio", "openai", "anthropic", "unknown"
 ]
@@ -221,8 +223,10 @@ def root(url: str) -> str:
 
 async def _get_json(session: Any, url: str, headers: Mapping[str, str]) -> Any:
     """The JSON answer at ``url``, or None (not 200, not JSON, no answer); never raises."""
+    options = request_options(url)
+    sent = {**dict(headers), **options.pop("headers", {})}
     try:
-        async with session.get(url, headers=dict(headers)) as response:
+        async with session.get(url, headers=sent, **options) as response:
             if response.status != 200:
                 return None
             return await response.json(content_type=None)
@@ -241,8 +245,8 @@ async def probe(
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> tuple[ServerInfo, dict[str, Any]]:
     """Ask the server at ``url`` what it is (all paths at once, within ``timeout_s``); the
-    answers come back too, for the run's provenance. Proxies are taken from the environment,
-    as the model calls take them."""
+    answers come back too, for the run's provenance. Each request goes through the proxy and
+    with the TLS settings the model calls take (network.py)."""
     fixed = known(backend, url)
     if fixed is not None:
         return fixed, {}
@@ -252,7 +256,7 @@ async def probe(
     paths = {"/v1/models": f"{url.rstrip('/')}{MODELS_PATH}"}
     paths.update({p: base + p for p in ROOT_PATHS})
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout, trust_env=True) as session:
+    async with aiohttp.ClientSession(timeout=timeout) as session:
         got = await asyncio.gather(*(_get_json(session, u, headers or {}) for u in paths.values()))
     answers = dict(zip(paths, got, strict=True))
     return identify(backend, url, answers, served), answers

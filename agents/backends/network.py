@@ -10,12 +10,9 @@ import functools
 import os
 import ssl
 import sys
-from typing import TYPE_CHECKING
+from typing import Any
 
 import yarl
-
-if TYPE_CHECKING:
-    pass
 
 
 def proxy_for(url: str) -> str | None:
@@ -114,3 +111,31 @@ def tls_context() -> ssl.SSLContext:
 
             return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     return ssl.create_default_context()
+
+
+def request_options(url: str) -> dict[str, Any]:
+    """What one aiohttp request to ``url`` takes to go the way every model call to it goes:
+    ``proxy`` (without its credentials), the proxy's credentials as ``headers`` for plain
+    http or ``proxy_headers`` for a tunnel (aiohttp sends the latter only with CONNECT), and
+    ``ssl``. For GETs beside the model calls: the dialect probe, the pre-flight, provenance.
+
+    Example::
+
+        async with session.get(url, **request_options(url)) as response: ...
+    """
+    import aiohttp
+
+    target = yarl.URL(url)
+    options: dict[str, Any] = {"ssl": tls_context() if target.scheme == "https" else True}
+    proxy = proxy_for(url)
+    if proxy is None:
+        return options
+    parsed = yarl.URL(proxy)
+    if parsed.user is not None:
+        auth = {
+            "Proxy-Authorization": aiohttp.encode_basic_auth(parsed.user, parsed.password or "")
+        }
+        options["proxy_headers" if target.scheme == "https" else "headers"] = auth
+        proxy = str(parsed.with_user(None))
+    options["proxy"] = proxy
+    return options

@@ -12,16 +12,12 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import aiohttp
 
 from parley.agents.backends.formats import (
     BadResponse,
 )
-
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass

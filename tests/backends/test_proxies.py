@@ -118,7 +118,8 @@ async def test_no_proxy_decides_alike_on_every_path(
     proxied: bool,
 ) -> None:
     """A host ``NO_PROXY`` covers is reached straight; one it does not, through the proxy. The
-    lower-case names are read as the upper-case ones."""
+    lower-case names are read as the upper-case ones. The run's other requests to the server
+    (the dialect probe, its provenance) go the same way as its model calls."""
     before = proxy.count()["forwarded"]
     url = sim.openai_url.replace("127.0.0.1", host)
     environ = {"http_proxy": proxy.url, "no_proxy": no_proxy}
@@ -127,6 +128,10 @@ async def test_no_proxy_decides_alike_on_every_path(
     assert requests > 0
     targets = proxy.count()["targets"][before:]
     assert _chats(targets) == (requests if proxied else 0)
+    probes = [t for t in targets if t.endswith(("/version", "/props", "/v1/models"))]
+    assert bool(probes) == proxied
+    if not proxied:
+        assert targets == []
 
 
 def _chat(target: str) -> bool:
