@@ -415,7 +415,7 @@ class ModelClient:
                     conversation = genai_spans.conversation_id()
                     if conversation:
                         attributes["gen_ai.conversation.id"] = conversation
-                    # parley's own HTTP client (direct) reads no current span, the traceparent
+                    # Direct transport's session reads no current span, the traceparent
                     # going as a header: its span is only started (a context set and reset less
                     # a call) and, used as a context manager, ends on the way out. Through the
                     # SDK it is current, for instrumentation of the SDK's HTTP client.
