@@ -28,6 +28,10 @@ GAMES_GROUP = "parley.games"
 PLUGINS_ENV = "PARLEY_PLUGINS"
 
 
+# settings, roles -> the most turns of each role in one episode (None: no limit is set).
+TurnLimitsFn = Callable[[Mapping[str, Any], tuple[str, ...]], dict[str, int] | None]
+
+
 @dataclass(frozen=True)
 class GameInfo:
     """A playable game.
@@ -48,6 +52,8 @@ class GameInfo:
     path to how the role is shown it when not in the data's own words (``"board"``: "the text
     draws the board"), so the observation-data check skips it; ``leak_detectors`` says how
     ``parley leaks`` finds each of the game's private facts in what a role says.
+    ``turn_limits(settings, roles)`` gives the most turns each role can take in one episode
+    (``parley plan``'s upper bound of model calls), or None where the settings set no limit.
     """
 
     name: str
@@ -73,6 +79,9 @@ class GameInfo:
     check_exemptions: Mapping[str, Exemption] = field(default_factory=dict)
     shown_otherwise: Mapping[str, str] = field(default_factory=dict)
     leak_detectors: LeakDetectors = field(default_factory=LeakDetectors)
+    # The most turns each role can take in one episode, from the game's own limits in its
+    # settings (for ``parley plan``'s bounds); None where the game has no such limit.
+    turn_limits: TurnLimitsFn | None = None
 
     def __post_init__(self) -> None:
         model = self.settings

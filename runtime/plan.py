@@ -127,20 +127,12 @@ class Plan(BaseModel):
 def turn_limits(
     game: str, settings: dict[str, Any], roles: tuple[str, ...]
 ) -> dict[str, int] | None:
-    """The most turns each role can take in one episode, from the game's own limits, for the
-    built-in families that have them; None for a game without (see the module's docstring)."""
-    if game.startswith("comma.") and "max_turns" in settings:
-        # The solver's turns are counted; the expert answers each but the last.
-        n = int(settings["max_turns"])
-        return {role: n if role == "solver" else max(0, n - 1) for role in roles}
-    if game.startswith("clem.mapworld") and "max_turns" in settings:
-        return dict.fromkeys(roles, int(settings["max_turns"]))
-    if game.startswith("playground.") and game.endswith(".e2e") and "max_moves" in settings:
-        moves, invalid = int(settings["max_moves"]), int(settings.get("max_invalid", 3))
-        # The player's moves end the game at max_moves; each side may also give
-        # max_invalid - 1 invalid replies, and the opponent may move first.
-        return {role: moves + invalid - (1 if role == "player" else 0) for role in roles}
-    return None
+    """The most turns each role can take in one episode, as the game declares them
+    (``GameInfo.turn_limits``); None for a game without (see the module's docstring)."""
+    from parley.environments import registry
+
+    info = registry.get(game)
+    return None if info.turn_limits is None else info.turn_limits(settings, roles)
 
 
 # --- playing a sample -----------------------------------------------------------------------

@@ -41,11 +41,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("runtime/reports/comma.py", "*"): "COMMA's report section (entry point parley.reports)",
     ("runtime/reports/mango.py", "*"): "MANGO's report section (entry point parley.reports)",
     ("runtime/reports/playground.py", "*"): "the playground's report section (entry point)",
-    # Still game knowledge, not yet moved: the turn limits each family's settings imply, for
-    # `parley plan`'s upper bounds. It belongs in GameInfo, as the exemptions now are.
-    ("runtime/plan.py", "comma."): "not yet moved: COMMA's turn limit for `parley plan`",
-    ("runtime/plan.py", "clem.mapworld"): "not yet moved: MapWorld's turn limit for plan",
-    ("runtime/plan.py", "playground."): "not yet moved: the playground's turn limit for plan",
 }
 
 

@@ -8,6 +8,7 @@ experiment of the paper is one game with its settings (e.g. ``set: grids_letters
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from parley.environments.clem import mapworld, matchit, reference
@@ -21,6 +22,16 @@ GAMES = (
     "clem.mapworld_eegr",
 )
 TEXT = {"variant": "text"}
+
+
+def _mapworld_turn_limits(
+    settings: Mapping[str, Any], roles: tuple[str, ...]
+) -> dict[str, int] | None:
+    """Every role of a MapWorld episode takes at most ``max_turns`` turns."""
+    if "max_turns" not in settings:
+        return None
+    return dict.fromkeys(roles, int(settings["max_turns"]))
+
 
 register(
     GameInfo(
@@ -80,6 +91,7 @@ def _eegr(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
 register(
     GameInfo(
         name="clem.mapworld_ee",
+        turn_limits=_mapworld_turn_limits,
         family="clem",
         roles=("navigator",),
         game_master=mapworld.ExploreGame,
@@ -94,6 +106,7 @@ register(
 register(
     GameInfo(
         name="clem.mapworld_g2x",
+        turn_limits=_mapworld_turn_limits,
         family="clem",
         roles=("navigator",),
         game_master=mapworld.GoToGame,
@@ -108,6 +121,7 @@ register(
 register(
     GameInfo(
         name="clem.mapworld_eegr",
+        turn_limits=_mapworld_turn_limits,
         family="clem",
         roles=("navigator",),
         game_master=mapworld.ExploreGraphGame,

@@ -7,6 +7,7 @@ solver (uniform over the valid actions).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
 
@@ -54,8 +55,18 @@ def register_puzzle(
             shown_otherwise=puzzle.shown_otherwise,
             # One table for every puzzle: a fact's name means the same in each.
             leak_detectors=LEAK_DETECTORS,
+            turn_limits=_turn_limits,
         )
     )
+
+
+def _turn_limits(settings: Mapping[str, Any], roles: tuple[str, ...]) -> dict[str, int] | None:
+    """The solver's turns are counted against ``max_turns``; the expert answers each but the
+    last."""
+    if "max_turns" not in settings:
+        return None
+    n = int(settings["max_turns"])
+    return {role: n if role == "solver" else max(0, n - 1) for role in roles}
 
 
 # In the paper's table order.

@@ -3,6 +3,7 @@ end-to-end play), with search-based opponents. Registers ``playground.<game>.<ta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import Field
@@ -152,8 +153,18 @@ def _register(kit: Kit, task: str) -> GameInfo:
             offload_game_master=renders_pictures,
             check_exemptions=_exemptions(kit, task),
             shown_otherwise=SHOWN_OTHERWISE,
+            turn_limits=_e2e_turn_limits if task == "e2e" else None,
         )
     )
+
+
+def _e2e_turn_limits(settings: Mapping[str, Any], roles: tuple[str, ...]) -> dict[str, int] | None:
+    """A board game ends at ``max_moves`` of the player's; each side may also give
+    ``max_invalid - 1`` invalid replies, and the opponent may move first."""
+    if "max_moves" not in settings:
+        return None
+    moves, invalid = int(settings["max_moves"]), int(settings.get("max_invalid", 3))
+    return {role: moves + invalid - (1 if role == "player" else 0) for role in roles}
 
 
 GAMES = {f"{kit.name}.{task}": _register(kit, task) for kit in KITS.values() for task in TASKS}
