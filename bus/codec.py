@@ -9,24 +9,22 @@ properties.
 
 from __future__ import annotations
 
-import functools
 import json
 import reprlib
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from parley.bus import messages as _messages
+from parley.bus import pydantic_fast
 from parley.bus.messages import (
     KINDS,
     MESSAGE_ADAPTER,
     WIRE_VERSION,
     ImagePart,
     Message,
-    PromptMessage,
     TurnResponse,
     image_json,
 )
@@ -90,69 +88,23 @@ _sent: dict[int, _Sent] = {}
 _IMAGE = b'"type":"image"'
 
 
-def _plain_models() -> frozenset[type[BaseModel]]:
-    """The message models whose JSON is their fields in order, as orjson writes them: no
-    alias, computed field, excluded field, extra fields or serializer of their own."""
-    plain = set()
-    for model in vars(_messages).values():
-        if not (isinstance(model, type) and issubclass(model, BaseModel)) or model is BaseModel:
-            continue
-        decorators = model.__pydantic_decorators__
-        if (
-            model.__module__ != _messages.__name__
-            or model.model_config.get("extra") == "allow"
-            or model.model_computed_fields
-            or decorators.field_serializers
-            or decorators.model_serializers
-            or any(
-                f.alias or f.serialization_alias or f.exclude for f in model.model_fields.values()
-            )
-        ):
-            continue
-        plain.add(model)
-    return frozenset(plain)
-
-
-_PLAIN = _plain_models()
-# What orjson writes differently from pydantic (a datetime's zone, a dataclass's fields) goes
-# to ``default`` and so, refused there, to pydantic.
-_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-
-
-def _model_fields(value: Any, inline: bool) -> Any:
-    """orjson's ``default``: a message model as its fields, an image's bytes as its JSON
-    carries them (``messages.image_json``); anything else is refused (pydantic encodes the
-    message)."""
-    kind = type(value)
-    if kind in _PLAIN:
-        return value.__dict__
-    if kind is ImagePart:
-        fields = value.__dict__
-        data = fields["data"]
-        return fields if data is None else {**fields, "data": image_json(data, inline)}
-    raise TypeError
-
-
-# orjson's ``default`` with images inline (base64) and by reference (no bytes).
-_DEFAULTS = {
-    True: functools.partial(_model_fields, inline=True),
-    False: functools.partial(_model_fields, inline=False),
-}
+# orjson's encoding of the plain messages, where the installed pydantic is one it was tested
+# on (bus/pydantic_fast.py); None: every message goes through pydantic.
+_FAST = pydantic_fast.Encoder(_messages, ImagePart, image_json) if pydantic_fast.ACTIVE else None
 
 
 def _json(value: Any, inline_images: bool) -> bytes | None:
-    """``value`` (a message, or a dict of a message's fields) as JSON that reads as pydantic's
-    own, through orjson: a quarter of the time. None where orjson cannot write it as pydantic
-    would (an integer beyond 64 bits, a key that is not a string, a value of a type it does
-    not know, a lone surrogate): the caller asks pydantic."""
-    try:
-        return orjson.dumps(
-            value,
-            default=_DEFAULTS[inline_images],
-            option=_ORJSON_OPTIONS,
-        )
-    except orjson.JSONEncodeError:
-        return None
+    """``value`` (a message, or a dict of a plain message's fields) as pydantic would write
+    it, through the accelerator; None where it is off or cannot: the caller asks pydantic."""
+    return None if _FAST is None else _FAST.json(value, inline_images)
+
+
+def _pydantic_json(
+    message: BaseModel, inline_images: bool, exclude: set[str] | None = None
+) -> bytes:
+    """``message``'s JSON as pydantic writes it (the public path)."""
+    context = None if inline_images else _BY_REFERENCE
+    return message.model_dump_json(exclude=exclude, context=context).encode()
 
 
 def _forget(ref: weakref.ref[BaseModel]) -> None:
@@ -192,13 +144,7 @@ def encode(
             return _within(payload, max_bytes)
     payload = _json(message, inline_images)
     if payload is None:
-        # The model's serializer itself: ``model_dump_json`` passes it every keyword and makes
-        # a str of its bytes, which were then turned back into bytes (a tenth of an encoding).
-        serializer = type(message).__pydantic_serializer__
-        if inline_images:
-            payload = serializer.to_json(message)
-        else:
-            payload = serializer.to_json(message, context=_BY_REFERENCE)
+        payload = _pydantic_json(message, inline_images)
     if remember:
         kept = _Sent(message, _forget)
         kept.key = id(message)
@@ -216,7 +162,6 @@ def _within(payload: bytes, max_bytes: int) -> bytes:
 
 
 _PROMPT = {"prompt"}
-_PROMPT_MESSAGE = PromptMessage.__pydantic_serializer__
 
 
 def encode_transcript(messages: Sequence[Message]) -> bytes:
@@ -242,18 +187,16 @@ def encode_transcript(messages: Sequence[Message]) -> bytes:
         for item in prompt:
             done = encoded.get(id(item))
             if done is None:
-                done = _json(item, False) or _PROMPT_MESSAGE.to_json(item, context=_BY_REFERENCE)
+                done = _json(item, False) or _pydantic_json(item, False)
                 encoded[id(item)] = done
             parts.append(done)
         rest = None
-        if type(message) in _PLAIN:  # (a subclass with a serializer of its own: pydantic's)
-            fields = dict(message.__dict__)
+        fields = _FAST.fields(message) if _FAST is not None else None
+        if fields is not None:  # (a subclass with a serializer of its own: pydantic's)
             del fields["prompt"]
             rest = _json(fields, False)
         if rest is None:
-            rest = message.__pydantic_serializer__.to_json(
-                message, exclude=_PROMPT, context=_BY_REFERENCE
-            )
+            rest = _pydantic_json(message, False, exclude=_PROMPT)
         line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))
         lines.append(_within(line, DEFAULT_MAX_BYTES))
     lines.append(b"")

@@ -1,10 +1,17 @@
-"""A lean tracer for the run's own spans: the OpenTelemetry API, a fraction of the SDK's cost.
+"""The OpenTelemetry accelerator: a lean tracer for the run's own spans.
 
-The SDK's tracer does per span what parley's spans do not need: it checks and copies every
-attribute (``BoundedAttributes``), takes a lock per attribute set, counts its own metrics,
-asks a sampler for spans that always record, and copies the span into a fresh
-``ReadableSpan`` when it ends. With three to seven spans per model request that was most of
-what tracing cost (issue 20).
+This is the one module of parley that reaches into the OpenTelemetry SDK's and API's
+internals (``ReadableSpan``'s fields, the API's context key and context variable). It is used
+only where :data:`ACTIVE` is true: the installed ``opentelemetry-api`` and
+``opentelemetry-sdk`` lie in :data:`TESTED` (the range the differential tests ran on), the
+runtime context is the API's usual context variable, and ``PARLEY_OTEL_FAST`` is not ``0``.
+Otherwise one warning says why (nothing for ``PARLEY_OTEL_FAST=0``) and parley traces
+through the SDK's own ``TracerProvider`` tracer and the public API, which give the same spans.
+
+Why it exists: the SDK's tracer does per span what parley's spans do not need. It checks and
+copies every attribute (``BoundedAttributes``), takes a lock per attribute set, asks a
+sampler for spans that always record, and copies the span into a fresh ``ReadableSpan`` when
+it ends; a traced model request makes several spans.
 
 :class:`LightTracer` hands out :class:`LightSpan` objects: real ``trace.Span`` s for the API
 (context propagation, ``use_span``, traceparents) that are at the same time SDK
@@ -17,24 +24,92 @@ roots, an optional sampler (the episode sampler).
 
 from __future__ import annotations
 
+import logging
+import os
 import random
 import time
 import traceback
 from collections.abc import Iterator, Sequence
+from importlib import metadata
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags
-from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.util import types
 
-from parley.otel_context import context_var as _context_var
+log = logging.getLogger("parley.observability.tracing")
+
+# The OpenTelemetry releases (api and sdk, [low, high)) the accelerator was tested on; a
+# release outside it may lay out spans or contexts differently, so the public path is used.
+TESTED = ((1, 25), (1, 46))
+FORCE_PUBLIC_VARIABLE = "PARLEY_OTEL_FAST"
+
+
+def _release(package: str) -> tuple[int, int] | None:
+    try:
+        parts = metadata.version(package).split(".")
+        return int(parts[0]), int(parts[1])
+    except (metadata.PackageNotFoundError, ValueError, IndexError):
+        return None
+
+
+def _dotted(release: tuple[int, int]) -> str:
+    return f"{release[0]}.{release[1]}"
+
+
+def check(tested: tuple[tuple[int, int], tuple[int, int]] = TESTED) -> tuple[bool, str]:
+    """Whether the accelerator may be used here (with releases in ``tested`` only), and why
+    not (empty when it may)."""
+    if os.environ.get(FORCE_PUBLIC_VARIABLE, "").strip() == "0":
+        return False, ""
+    for package in ("opentelemetry-api", "opentelemetry-sdk"):
+        found = _release(package)
+        if found is None or not tested[0] <= found < tested[1]:
+            version = "unknown" if found is None else _dotted(found)
+            return False, (
+                f"{package} {version} is outside the range parley's fast tracing was tested "
+                f"on ({_dotted(tested[0])} to before {_dotted(tested[1])}): spans go through "
+                "the OpenTelemetry SDK's own tracer"
+            )
+    return True, ""
+
+
+def _internals() -> tuple[Any, Any] | None:
+    """The API's context key of the current span and its context variable, or None where
+    this API does not have them where the accelerator looks (then it stays off)."""
+    try:
+        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+        from opentelemetry.trace.propagation import _SPAN_KEY
+
+        runtime = otel_context._RUNTIME_CONTEXT  # type: ignore[attr-defined]
+        if not isinstance(runtime, ContextVarsRuntimeContext):
+            return None  # OTEL_PYTHON_CONTEXT names another runtime context
+        return _SPAN_KEY, runtime._current_context
+    except (ImportError, AttributeError):
+        return None
+
+
+def _start(tested: tuple[tuple[int, int], tuple[int, int]] = TESTED) -> tuple[bool, Any, Any]:
+    usable, why = check(tested)
+    found = _internals() if usable else None
+    if usable and found is None:
+        why = "the OpenTelemetry runtime context is not the usual context variable"
+    if why:
+        log.warning("%s", why)
+    if found is None:
+        return False, None, None
+    return True, found[0], found[1]
+
+
+# Decided once, at import: every span of a process comes from one kind of tracer.
+ACTIVE, _SPAN_KEY, _context_var = _start()
 
 _attach = otel_context.attach
 _detach = otel_context.detach
@@ -44,8 +119,11 @@ _get_current_span = trace.get_current_span
 
 
 def current_span(context: Any = None) -> trace.Span:
-    """``trace.get_current_span``, read straight from the context (the API goes through three
-    calls to get there; the bus and every span ask on every message)."""
+    """``trace.get_current_span``, read straight from the context where the accelerator is
+    active (the API goes through three calls to get there; the bus and every span ask on
+    every message)."""
+    if not ACTIVE:
+        return _get_current_span(context)
     if context is None:
         if _context_var is None:
             return _get_current_span()
@@ -59,8 +137,23 @@ def current_span(context: Any = None) -> trace.Span:
 
 
 _in_context = trace.set_span_in_context
-_SAMPLED = TraceFlags(TraceFlags.SAMPLED)
-_NOT_SAMPLED = TraceFlags(TraceFlags.DEFAULT)
+_RANDOM = 0x02  # W3C trace-context level 2: the trace id is random
+
+
+def _root_flags() -> int:
+    """The flags the installed SDK gives a new sampled root span (some releases mark its
+    trace id as random): the lean spans carry the same, so both paths' traceparents agree."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+    probe = TracerProvider(sampler=ALWAYS_ON).get_tracer("parley").start_span("probe")
+    return int(probe.get_span_context().trace_flags)
+
+
+_ROOT = _root_flags() if ACTIVE else TraceFlags.SAMPLED
+# Flags of a sampled span and of an unsampled one, by whether the trace id is random.
+_SAMPLED = (TraceFlags(_ROOT & ~_RANDOM | 1), TraceFlags(_ROOT | 1))
+_NOT_SAMPLED = (TraceFlags(TraceFlags.DEFAULT), TraceFlags(_ROOT & _RANDOM))
 _time_ns = time.time_ns
 _UNSET = Status(StatusCode.UNSET)  # shared: a Status is never changed, only replaced
 _new_span = object.__new__
@@ -108,6 +201,21 @@ def _clean(attributes: types.Attributes) -> dict[str, Any]:
     if None in out.values():
         out = {k: v for k, v in out.items() if v is not None}
     return out
+
+
+def _bounded(attributes: types.Attributes) -> BoundedAttributes:
+    """An event's or link's attributes as the SDK gives them: exporters read their
+    ``dropped`` count (some releases' OTLP encoders without a check)."""
+    return BoundedAttributes(maxlen=None, attributes=_clean(attributes), immutable=True)
+
+
+def _link(link: Link) -> Link:
+    attributes = link.attributes
+    return (
+        link
+        if isinstance(attributes, BoundedAttributes)
+        else Link(link.context, _bounded(attributes))
+    )
 
 
 class LightSpan(ReadableSpan, trace.Span):
@@ -177,7 +285,7 @@ class LightSpan(ReadableSpan, trace.Span):
         timestamp: int | None = None,
     ) -> None:
         if self._end_time is None:
-            event = Event(name, _clean(attributes), timestamp or _time_ns())
+            event = Event(name, _bounded(attributes), timestamp or _time_ns())
             if self._events:
                 self._events.append(event)  # type: ignore[attr-defined]
             else:
@@ -185,7 +293,7 @@ class LightSpan(ReadableSpan, trace.Span):
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
         if self._end_time is None and context.is_valid:
-            self._links = (*self._links, Link(context, _clean(attributes)))
+            self._links = (*self._links, Link(context, _bounded(attributes)))
 
     def update_name(self, name: str) -> None:
         if self._end_time is None:
@@ -286,20 +394,22 @@ class LightTracer(trace.Tracer):
         if parent[5]:  # is_valid
             if not parent[3] & 1:  # not sampled
                 return trace.NonRecordingSpan(
-                    SpanContext(parent[0], bits(64) or 1, False, _NOT_SAMPLED)
+                    SpanContext(parent[0], bits(64) or 1, False, _NOT_SAMPLED[parent[3] >> 1 & 1])
                 )
             trace_id = parent[0]
             parent_context: SpanContext | None = parent
+            flags = _SAMPLED[parent[3] >> 1 & 1]
         else:
             trace_id = bits(128) or 1
             parent_context = None
+            flags = _SAMPLED[_ROOT >> 1 & 1]
             if self.sampler is not None:
                 decision = self.sampler.should_sample(
                     context, trace_id, name, kind, attributes, links
                 )
                 if not decision.decision.is_sampled():
                     return trace.NonRecordingSpan(
-                        SpanContext(trace_id, bits(64) or 1, False, _NOT_SAMPLED)
+                        SpanContext(trace_id, bits(64) or 1, False, _NOT_SAMPLED[_ROOT >> 1 & 1])
                     )
         # The span and its context built directly: ids from getrandbits are in range, so
         # SpanContext's checks (and LightSpan.__init__'s call) would only cost.
@@ -311,7 +421,7 @@ class LightTracer(trace.Tracer):
         span.__dict__ = {
             "_name": name,
             "_context": _new_context(
-                SpanContext, (trace_id, bits(64) or 1, False, _SAMPLED, _DEFAULT_STATE, True)
+                SpanContext, (trace_id, bits(64) or 1, False, flags, _DEFAULT_STATE, True)
             ),
             "_kind": kind,
             "_instrumentation_scope": self.scope,
@@ -322,7 +432,7 @@ class LightTracer(trace.Tracer):
             "_processors": self.processors,
         }
         if links:
-            span._links = tuple(links)
+            span._links = tuple(map(_link, links))
         return span
 
     def start_as_current_span(  # type: ignore[override]

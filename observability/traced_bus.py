@@ -28,13 +28,10 @@ from opentelemetry.trace import NonRecordingSpan, SpanKind
 from parley.bus.base import Bus, BusStats, Router, Subscription
 from parley.bus.messages import Message
 from parley.observability import tracing
-from parley.observability.light_spans import LightSpan, LightTracer, current_span, stamp
-from parley.otel_context import SPAN_KEY as _SPAN_KEY
-from parley.otel_context import context_var as _context_var
+from parley.observability.light_spans import LightTracer, current_span
 
 # The run's tracing (tracing.current() without its call: this runs for every message).
 _active_tracing = tracing._active.get
-_span_in_context = trace.get_current_span
 
 DEFAULT_SPAN_KINDS = frozenset(
     {
@@ -129,21 +126,9 @@ class TracedBus(Bus):
         if not active.enabled:
             return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
         spans = active.message_spans and message.kind in self.span_kinds
-        # current_span()'s work for the usual case, without its call (this runs per message)
-        current = _span_in_context() if _context_var is None else _context_var.get().get(_SPAN_KEY)
-        if type(current) is LightSpan:  # the usual sender: its fields, not its properties
-            parent = current._context
-            if not spans:  # a lean span's context is always valid
-                traceparent = current._traceparent if current._stamped else stamp(current)
-                if message.traceparent != traceparent:
-                    # pydantic's own assignment of a plain field, without its two calls
-                    message.__dict__["traceparent"] = traceparent
-                    message.__pydantic_fields_set__.add("traceparent")
-                return self.inner.publish(topic, message, qos=qos, local=local, retain=retain)
-        else:
-            current = current_span()
-            parent = current.get_span_context()
-        if parent[5]:  # is_valid (SpanContext's properties are Python calls)
+        current = current_span()
+        parent = current.get_span_context()
+        if parent.is_valid:
             if not spans:
                 traceparent = tracing.inject(current)
                 if message.traceparent != traceparent:

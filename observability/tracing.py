@@ -47,15 +47,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.context.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
-from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from parley.observability import light_spans
 from parley.observability.light_spans import (
     LightSpan,
     LightTracer,
@@ -89,6 +88,114 @@ class OffTracer(trace.NoOpTracer):
 
     def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
         return self._current
+
+
+def _kept(attributes: Any) -> Any:
+    """``attributes`` without None values: parley's spans leave an unknown value out, and
+    SDK releases differ on what they do with None (some warn and drop it, some keep it)."""
+    if attributes and None in attributes.values():
+        return {k: v for k, v in attributes.items() if v is not None}
+    return attributes
+
+
+class PublicSpan(trace.Span):
+    """An SDK span as parley's code uses it on the public path: None attribute values left
+    out, as the lean spans do; everything else is the SDK span's (its processors get it)."""
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+
+    @property
+    def attributes(self) -> Any:
+        return getattr(self.span, "attributes", None)
+
+    def end(self, end_time: int | None = None) -> None:
+        self.span.end(end_time)
+
+    def get_span_context(self) -> SpanContext:
+        return self.span.get_span_context()
+
+    def set_attributes(self, attributes: Any) -> None:
+        if attributes:
+            self.span.set_attributes(_kept(attributes))
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if value is not None:
+            self.span.set_attribute(key, value)
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        self.span.add_event(name, _kept(attributes), timestamp)
+
+    def add_link(self, context: SpanContext, attributes: Any = None) -> None:
+        self.span.add_link(context, _kept(attributes))
+
+    def update_name(self, name: str) -> None:
+        self.span.update_name(name)
+
+    def is_recording(self) -> bool:
+        return self.span.is_recording()
+
+    def set_status(self, status: Any, description: str | None = None) -> None:
+        self.span.set_status(status, description)
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Any = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        self.span.record_exception(exception, _kept(attributes), timestamp, escaped)
+
+    def __repr__(self) -> str:
+        return f"PublicSpan({self.span!r})"
+
+
+class PublicTracer(trace.Tracer):
+    """The SDK's tracer, its spans as :class:`PublicSpan` s."""
+
+    def __init__(self, tracer: trace.Tracer) -> None:
+        self.tracer = tracer
+
+    def start_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Any = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> trace.Span:
+        if links:
+            links = [trace.Link(link.context, _kept(link.attributes)) for link in links]
+        span = self.tracer.start_span(
+            name,
+            context,
+            kind,
+            _kept(attributes),
+            links,
+            start_time,
+            record_exception,
+            set_status_on_exception,
+        )
+        return PublicSpan(span) if span.is_recording() else span
+
+    def start_as_current_span(  # type: ignore[override]
+        self,
+        name: str,
+        context: Any = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Any = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+        end_on_exit: bool = True,
+    ) -> Any:
+        span = self.start_span(name, context, kind, attributes, links, start_time)
+        return UseSpan(span, end_on_exit, record_exception, set_status_on_exception)
 
 
 # The key under which the current model call finds its conversation (the episode id); read by
@@ -179,7 +286,7 @@ class EpisodeSampler(Sampler):
     An episode's span is the root of its trace; whether it is recorded is decided from its
     episode id (a stable hash against ``share``), and every span under it (turns, agents, model
     calls, on whichever process) follows its parent's decision through the traceparent. Other
-    root spans (the run) are always recorded. A span not recorded costs ~3 µs instead of ~30.
+    root spans (the run) are always recorded. A span not recorded costs far less than one that is.
     """
 
     def __init__(self, share: float) -> None:
@@ -233,7 +340,10 @@ class Tracing:
         metrics: bool = True,
         messages: bool = True,
         sample: float = 1.0,
+        processors: Sequence[SpanProcessor] = (),
     ) -> None:
+        """``processors``: span processors beyond the run folder's file and OTLP (an
+        exporter of the caller's own), flushed and shut down with the others."""
         self.provider: TracerProvider | None = None
         self.content = content
         self.messages = messages
@@ -248,20 +358,25 @@ class Tracing:
         # A share of episodes only, when asked (OTEL_TRACES_SAMPLER applies otherwise).
         sampler: Sampler | None = EpisodeSampler(sample) if sample < 1.0 else None
         self.provider = TracerProvider(resource=resource, sampler=sampler)
-        processors: list[SpanProcessor] = []
+        chain: list[SpanProcessor] = []
         if run_dir is not None:
             # OTLP JSON lines, encoded and written by a thread of its own (otlp_json.py).
-            processors.append(OtlpJsonSpanWriter(Path(run_dir) / TRACES_FILE))
+            chain.append(OtlpJsonSpanWriter(Path(run_dir) / TRACES_FILE))
         otlp = _otlp_exporter()
         if otlp is not None:
-            processors.append(BatchSpanProcessor(otlp, max_queue_size=65536))
-        for processor in processors:  # the provider flushes and shuts them down
+            chain.append(BatchSpanProcessor(otlp, max_queue_size=65536))
+        chain.extend(processors)
+        for processor in chain:  # the provider flushes and shuts them down
             self.provider.add_span_processor(processor)
-        # Spans through the lean tracer (light_spans.py): the SDK's costs a third more CPU per
-        # model request. A sampler only where one is asked for (the SDK's default records all).
-        if sampler is None and os.environ.get("OTEL_TRACES_SAMPLER"):
-            sampler = self.provider.sampler
-        self.tracer = LightTracer(resource, processors, sampler=sampler)
+        if light_spans.ACTIVE:
+            # The accelerator's lean tracer (light_spans.py), which skips the SDK's per-span
+            # checks and copies. A sampler only where one is asked for (the SDK's default
+            # records all).
+            if sampler is None and os.environ.get("OTEL_TRACES_SAMPLER"):
+                sampler = self.provider.sampler
+            self.tracer = LightTracer(resource, chain, sampler=sampler)
+        else:  # the public path: the SDK's own spans, the same processors
+            self.tracer = PublicTracer(self.provider.get_tracer("parley"))
         if metrics:
             from parley.observability.metrics import RunMetrics
 
@@ -340,18 +455,11 @@ def _parsed(traceparent: str) -> SpanContext | None:
         flags = int(parts[3], 16) & 0xFF
     except ValueError:
         return None
-    # SpanContext's own checks, done here (its constructor is a Python function, and this
-    # runs for every model request: each turn's span is new), and its flags shared.
-    if not (0 < trace_id <= _TRACE_ID_MAX and 0 < span_id <= _SPAN_ID_MAX):
-        return None
     trace_flags = _FLAGS[flags] if flags < 2 else TraceFlags(flags)
-    return tuple.__new__(  # type: ignore[return-value]
-        SpanContext, (trace_id, span_id, True, trace_flags, trace.DEFAULT_TRACE_STATE, True)
-    )
+    context = SpanContext(trace_id, span_id, is_remote=True, trace_flags=trace_flags)
+    return context if context.is_valid else None  # ids out of range read as invalid
 
 
-_TRACE_ID_MAX = 2**128 - 1
-_SPAN_ID_MAX = 2**64 - 1
 _FLAGS = (TraceFlags(TraceFlags.DEFAULT), TraceFlags(TraceFlags.SAMPLED))
 
 
@@ -384,7 +492,7 @@ def handler_span(name: str, traceparent: str | None, attributes: dict[str, Any])
             parent = current_span().get_span_context()
         span = tracer.start_child(name, parent, SpanKind.INTERNAL, attributes)
         return UseSpan(span, True, True, True)
-    context = None if parent is None else Context({_SPAN_KEY: NonRecordingSpan(parent)})
+    context = None if parent is None else trace.set_span_in_context(NonRecordingSpan(parent))
     return tracer.start_as_current_span(name, context=context, attributes=attributes)
 
 
