@@ -183,7 +183,7 @@ class ResponseCache:
             self.misses += 1
         else:
             self.hits += 1
-        return value  # type: ignore[no-any-return]
+        return value
 
     async def put(self, key: str, model: str, value: dict[str, Any]) -> None:
         """Store a successful reply (the first one stored for a key is kept)."""

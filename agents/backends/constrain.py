@@ -241,51 +241,138 @@ def _schema_reply(schema: dict[str, Any], reply: str, rng: random.Random) -> str
 
 def generate(pattern: str, rng: random.Random, *, most: int = 3) -> str:
     """A string that ``pattern`` matches in full, for the subset of regular expressions the
-    client sends and a little more: literals, alternation, groups, classes, ``.``, repeats
-    (at most ``most`` times over their minimum). Raises ValueError for anything else."""
-    from re import _parser as parser  # the standard library's own regex parser
-
-    def walk(items: Any) -> str:
-        out: list[str] = []
-        for op, arg in items:
-            name = str(op)
-            if name == "LITERAL":
-                out.append(chr(arg))
-            elif name == "ANY":
-                out.append("x")
-            elif name == "IN":
-                out.append(_from_class(arg))
-            elif name == "BRANCH":
-                out.append(walk(rng.choice(arg[1])))
-            elif name == "SUBPATTERN":
-                out.append(walk(arg[-1]))
-            elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-                low, high, sub = arg
-                top = low + most if high == parser.MAXREPEAT else min(high, low + most)
-                out.append("".join(walk(sub) for _ in range(rng.randint(low, top))))
-            elif name in ("AT",):
-                continue
-            else:
-                raise ValueError(f"cannot generate a string for regex element {name}")
-        return "".join(out)
-
-    def _from_class(items: Any) -> str:
-        options: list[str] = []
-        for op, arg in items:
-            name = str(op)
-            if name == "LITERAL":
-                options.append(chr(arg))
-            elif name == "RANGE":
-                options.append(chr(rng.randint(arg[0], arg[1])))
-            elif name == "CATEGORY":
-                options.append({"CATEGORY_DIGIT": "7", "CATEGORY_SPACE": " "}.get(str(arg), "a"))
-            elif name == "NEGATE":
-                raise ValueError("cannot generate a string for a negated class")
-        if not options:
-            raise ValueError("an empty character class")
-        return rng.choice(options)
-
-    text = walk(parser.parse(pattern))
+    client sends and a little more: literals and escapes, alternation, groups (``(…)``,
+    ``(?:…)``), classes with ranges, ``.``, ``\\d``/``\\w``/``\\s``, anchors, and repeats
+    (``?``, ``*``, ``+``, ``{m}``, ``{m,n}``; at most ``most`` times over their minimum).
+    Raises ValueError for anything else."""
+    text = _Generator(pattern, rng, most).whole()
     if not re.fullmatch(pattern, text):
         raise ValueError(f"generated {text!r}, which {pattern!r} does not match")
     return text
+
+
+# What a class escape or ``.`` stands for in a generated string.
+_ESCAPED = {"d": "7", "w": "a", "s": " "}
+
+
+class _Generator:
+    """A recursive-descent reading of ``pattern`` that writes one match as it goes."""
+
+    def __init__(self, pattern: str, rng: random.Random, most: int) -> None:
+        self.pattern, self.rng, self.most, self.at = pattern, rng, most, 0
+
+    def _peek(self) -> str:
+        return self.pattern[self.at] if self.at < len(self.pattern) else ""
+
+    def _take(self) -> str:
+        char = self._peek()
+        if not char:
+            raise ValueError(f"regex {self.pattern!r} ends too early")
+        self.at += 1
+        return char
+
+    def whole(self) -> str:
+        text = self._alternation()
+        if self.at != len(self.pattern):
+            raise ValueError(f"unbalanced ')' in regex {self.pattern!r}")
+        return text
+
+    def _alternation(self) -> str:
+        branches = [self._sequence()]
+        while self._peek() == "|":
+            self.at += 1
+            branches.append(self._sequence())
+        return self.rng.choice(branches)
+
+    def _sequence(self) -> str:
+        out: list[str] = []
+        while self._peek() not in ("", "|", ")"):
+            start = self.at
+            self._atom()  # read once to find where it ends, then write it per repeat
+            end = self.at
+            low, high = self._repeat()
+            after = self.at
+            count = self.rng.randint(low, high)
+            for _ in range(count):
+                self.at = start
+                out.append(self._atom())
+            if count == 0:
+                self.at = start
+                self._atom()
+            self.at = after
+            if self.at < end:
+                raise ValueError("regex read backwards")  # cannot happen; a guard
+        return "".join(out)
+
+    def _repeat(self) -> tuple[int, int]:
+        char = self._peek()
+        if char in ("?", "*", "+"):
+            self.at += 1
+            low, high = {"?": (0, 1), "*": (0, self.most), "+": (1, 1 + self.most)}[char]
+        elif char == "{" and (found := re.match(r"\{(\d+)(,(\d*))?\}", self.pattern[self.at :])):
+            self.at += found.end()
+            low = int(found.group(1))
+            high = (
+                low
+                if not found.group(2)
+                else (int(found.group(3)) if found.group(3) else low + self.most)
+            )
+        else:
+            return 1, 1
+        if self._peek() in ("?", "+"):
+            self.at += 1  # lazy or possessive: the same strings match
+        return low, min(high, low + self.most)
+
+    def _atom(self) -> str:
+        char = self._take()
+        if char == "(":
+            if self.pattern.startswith("?:", self.at):
+                self.at += 2
+            elif self._peek() == "?":
+                raise ValueError(
+                    f"cannot generate a string for group {self.pattern[self.at - 1 :]!r}"
+                )
+            text = self._alternation()
+            if self._take() != ")":
+                raise ValueError(f"unbalanced '(' in regex {self.pattern!r}")
+            return text
+        if char == "[":
+            return self._class()
+        if char == ".":
+            return "x"
+        if char in ("^", "$"):
+            return ""
+        if char == "\\":
+            escaped = self._take()
+            if escaped in _ESCAPED:
+                return _ESCAPED[escaped]
+            if escaped.isalnum():
+                raise ValueError(f"cannot generate a string for escape \\{escaped}")
+            return escaped
+        if char in ("*", "+", "?", "{", ")"):
+            raise ValueError(f"nothing to repeat at {self.at - 1} in regex {self.pattern!r}")
+        return char
+
+    def _class(self) -> str:
+        if self._peek() == "^":
+            raise ValueError("cannot generate a string for a negated class")
+        options: list[str] = []
+        first = True
+        while first or self._peek() != "]":
+            first = False
+            char = self._take()
+            if char == "\\":
+                escaped = self._take()
+                char = _ESCAPED.get(escaped, escaped)
+            if self._peek() == "-" and self.pattern[self.at + 1 : self.at + 2] not in ("]", ""):
+                self.at += 1
+                end = self._take()
+                if end == "\\":
+                    end = self._take()
+                if ord(end) < ord(char):
+                    raise ValueError(f"bad range {char}-{end} in regex {self.pattern!r}")
+                options.append(chr(self.rng.randint(ord(char), ord(end))))
+            else:
+                options.append(char)
+        self.at += 1  # the closing ]
+        return self.rng.choice(options)

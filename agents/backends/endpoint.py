@@ -128,11 +128,13 @@ class Endpoint:
         try:
             response = await self.http.get(self.backend.root(self.url) + path, timeout=5.0)
             return response.status_code == 200
-        except (aiohttp.ClientError, OSError, TimeoutError, *_loaded_sdk_errors().connection):
-            return False
-        except Exception as exc:  # the SDK's HTTP client's own errors (httpx2.HTTPError)
-            if type(exc).__module__.split(".")[0] in _SDKS:
+        except Exception as exc:
+            # One handler, as mypy cannot type a starred tuple in an except clause.
+            connection = (aiohttp.ClientError, OSError, TimeoutError)
+            if isinstance(exc, connection + _loaded_sdk_errors().connection):
                 return False
+            if type(exc).__module__.split(".")[0] in _SDKS:  # the SDK's HTTP client's own errors
+                return False  # (httpx2.HTTPError)
             raise
 
     async def _probe_forever(self, path: str) -> None:

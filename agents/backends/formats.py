@@ -401,7 +401,7 @@ def _openai_content(blocks: list[Block]) -> str | list[dict[str, Any]]:
         return blocks[0][1] if len(blocks) == 1 else "\n\n".join(b[1] for b in blocks)
     content: list[dict[str, Any]] = []
     for block in blocks:
-        if block[0] == "text":
+        if len(block) == 2:  # ("text", text); the length, not the tag, is what types narrow by
             content.append({"type": "text", "text": block[1]})
         else:
             content.append(
@@ -577,7 +577,7 @@ class OpenAIStream:
 def _anthropic_content(blocks: list[Block]) -> list[dict[str, Any]]:
     content: list[dict[str, Any]] = []
     for block in blocks:
-        if block[0] == "text":
+        if len(block) == 2:  # ("text", text), as in _openai_content
             content.append({"type": "text", "text": block[1]})
         else:
             content.append(

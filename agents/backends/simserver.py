@@ -887,11 +887,11 @@ class _FastHttp(asyncio.Protocol):
         """Answer the next request in the buffer, or hand the connection over."""
         buffer = self.buffer
         if self.waiting is not None:
-            headers, start, stop = self.waiting
+            waited, start, stop = self.waiting
             if len(buffer) < stop:
                 return  # the body is still coming
             self.waiting = None
-            self._take(headers, start, stop)
+            self._take(waited, start, stop)
             return
         end = buffer.find(b"\r\n\r\n")
         if end < 0:
@@ -1009,7 +1009,7 @@ async def serve(config: SimConfig, host: str = "127.0.0.1", port: int = 0) -> No
     listening = await loop.create_server(
         lambda: _FastHttp(server, aiohttp_server, connections), host, port, backlog=4096
     )
-    sockets = listening.sockets or []
+    sockets = listening.sockets
     bound = sockets[0].getsockname()[1] if sockets else port
     print(f"listening on http://{host}:{bound}", flush=True)
     stop = asyncio.Event()

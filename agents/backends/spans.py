@@ -136,7 +136,8 @@ def reply_attributes(reply: Any, content: bool, price: Any = None) -> dict[str, 
     usage = reply.usage
     if price is not None and usage is not None:
         tokens = {"input": usage.input_tokens, "output": usage.output_tokens}
-        extra = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
+        given = raw.get("usage")
+        extra = given if isinstance(given, dict) else {}
         for key, field in (
             ("cache_read", "cache_read_input_tokens"),
             ("cache_write", "cache_creation_input_tokens"),

@@ -208,9 +208,11 @@ class LaunchSpec(_Strict):
     def gpu_groups(self) -> list[list[int]]:
         """The GPUs of each replica (one empty group per replica when none are given)."""
         gpus = self.gpus
+        # Validation made it all ints or all groups, so the filters below drop nothing: they
+        # only tell the type checker which of the two it is.
         if gpus and isinstance(gpus[0], list):
-            return [list(g) for g in gpus]  # type: ignore[arg-type]
-        flat: list[int] = list(gpus)  # type: ignore[arg-type]
+            return [list(g) for g in gpus if isinstance(g, list)]
+        flat = [g for g in gpus if isinstance(g, int)]
         if not flat:
             return [[] for _ in range(self.replicas)]
         size = len(flat) // self.replicas
@@ -239,9 +241,9 @@ class LaunchSpec(_Strict):
                     "launch.gpus; give one or the other"
                 )
             self.replicas = len(gpus)
-            if any(not g for g in gpus):  # type: ignore[union-attr]
+            if any(not g for g in gpus):
                 raise ValueError("launch.gpus: each replica's group needs at least one GPU")
-            seen = [g for group in gpus for g in group]  # type: ignore[union-attr]
+            seen = [g for group in gpus for g in group]
             if len(seen) != len(set(seen)):
                 raise ValueError(f"launch.gpus: a GPU is in two replicas' groups: {gpus}")
         elif gpus and len(gpus) % self.replicas:

@@ -24,6 +24,7 @@ import yarl
 
 from parley.agents.backends.formats import (
     AnthropicStream,
+    Block,
     OpenAIStream,
     Reply,
     anthropic_body,
@@ -179,7 +180,9 @@ def _http_client(module: Any, spec: ModelSpec, url: str) -> httpx2.AsyncClient:
     return module.DefaultAsyncHttpxClient(**options)
 
 
-def _common(messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams):  # type: ignore[no-untyped-def]
+def _common(
+    messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
+) -> tuple[str, list[tuple[str, list[Block]]], int, dict[str, Any]]:
     system, turns, images = prepare(messages, spec)
     notes: dict[str, Any] = {}
     max_tokens = params.max_tokens
