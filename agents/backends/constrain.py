@@ -288,20 +288,13 @@ class _Generator:
         out: list[str] = []
         while self._peek() not in ("", "|", ")"):
             start = self.at
-            self._atom()  # read once to find where it ends, then write it per repeat
-            end = self.at
+            self._atom()  # read once to find its repeat, then written once per repeat
             low, high = self._repeat()
             after = self.at
-            count = self.rng.randint(low, high)
-            for _ in range(count):
+            for _ in range(self.rng.randint(low, high)):
                 self.at = start
                 out.append(self._atom())
-            if count == 0:
-                self.at = start
-                self._atom()
             self.at = after
-            if self.at < end:
-                raise ValueError("regex read backwards")  # cannot happen; a guard
         return "".join(out)
 
     def _repeat(self) -> tuple[int, int]:

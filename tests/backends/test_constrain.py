@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parley.agents.backends import constrain
 from parley.agents.backends.simserver import SimServerProcess
@@ -145,3 +147,31 @@ def test_the_regex_generator_matches_what_it_generates() -> None:
         assert re.fullmatch(pattern, constrain.generate(pattern, rng))
     with pytest.raises(ValueError):
         constrain.generate(r"[^a]", rng)
+
+
+@settings(max_examples=200)
+@given(
+    choices=st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=6, unique=True),
+    seed=st.integers(0, 2**32),
+)
+def test_the_stand_ins_regex_strings_match_the_choices(choices: list[str], seed: int) -> None:
+    """The regex a constraint sends matches exactly its choices: a string generated for it is
+    one of them, whatever characters they hold."""
+    pattern = constrain.Constraint(tuple(choices), "regex").regex()
+    assert constrain.generate(pattern, random.Random(seed)) in choices
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["cut_wire_[1-6]", r"[a-h][1-8][a-h][1-8][qrbn]?", r"(ab|cd)+e{0,2}", r"^\d{2,4}x?$", "."],
+)
+def test_generated_strings_match_the_pattern(pattern: str) -> None:
+    rng = random.Random(7)
+    for _ in range(50):
+        assert re.fullmatch(pattern, constrain.generate(pattern, rng))
+
+
+@pytest.mark.parametrize("pattern", ["[^a]", "(?=x)y", r"\bword", "a)", "(a"])
+def test_a_regex_outside_the_subset_is_a_value_error(pattern: str) -> None:
+    with pytest.raises(ValueError):
+        constrain.generate(pattern, random.Random(0))
