@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 import yarl
 
-from parley.otel_context import SPAN_KEY, baggage_value, current_context
+from parley.otel_context import baggage_value, current_span
 
 # Set (to "1") in the baggage around an agent's turn when the run records message content.
 CONTENT_KEY = "parley.content"
@@ -42,7 +42,7 @@ def conversation_id() -> str | None:
     the span it runs under (the agent's ``invoke_agent``), else the baggage's."""
     # A recording span's ``attributes`` (the SDK's and parley's lean ones: a read-only view of
     # its dict, no copy); a non-recording span has none.
-    attributes = getattr(current_context().get(SPAN_KEY), "attributes", None)
+    attributes = getattr(current_span(), "attributes", None)
     found = attributes.get("gen_ai.conversation.id") if attributes else None
     if found is None:
         found = baggage_value("gen_ai.conversation.id")
