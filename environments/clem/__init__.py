@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from parley.environments.base import PlayFn
 from parley.environments.clem import mapworld, matchit, reference
 from parley.environments.registry import GameInfo, register
 
@@ -75,7 +76,7 @@ register(
     )
 )
 
-NAVIGATOR = {
+NAVIGATOR: dict[str, dict[str, PlayFn]] = {
     "navigator": {"scripted": mapworld.scripted_navigator, "random": mapworld.random_navigator}
 }
 

@@ -546,7 +546,7 @@ class MapWorldGame(ClemGameMaster):
         self.max_turns = int(self.settings.get("max_turns", MAX_TURNS))
         self.graph = graph_of(instance)
         self.rooms = {tuple(r["pos"]): r for r in instance["rooms"]}
-        self.current: Pos = tuple(instance["start"])  # type: ignore[assignment]
+        self.current: Pos = tuple(instance["start"])
         self.moves: list[tuple[Pos, Pos]] = []
         self.turns = 0
         self.last_graph: dict[str, Any] | None = None
@@ -672,7 +672,7 @@ class MapWorldGame(ClemGameMaster):
     # Scores ---------------------------------------------------------------------------------------
 
     def episode_scores(self) -> Scores:
-        start: Pos = tuple(self.instance["start"])  # type: ignore[assignment]
+        start: Pos = tuple(self.instance["start"])
         ee = exploration_scores(self.graph, start, self.moves)
         if self.mode == "g2x":
             path_len = 1 + len(self.moves)

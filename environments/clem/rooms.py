@@ -727,7 +727,7 @@ def _layout(
     widths = [table[n][0] for n in names]
     gap = max(8, (WIDTH - sum(widths)) // (len(names) + 1)) if names else 0
     scale = min(1.0, (WIDTH - gap * (len(names) + 1)) / max(1, sum(widths)))
-    x = gap
+    x = float(gap)
     out = []
     for name, width in zip(names, widths, strict=True):
         out.append((int(x), table[name][1], name))

@@ -73,7 +73,7 @@ def rules_of(settings: dict[str, Any]) -> Rules:
     rules = settings.get("rules", "comma")
     if rules not in ("comma", "parley"):
         raise ValueError(f"rules must be 'comma' or 'parley', not {rules!r}")
-    return rules  # type: ignore[no-any-return]
+    return rules
 
 
 class Puzzle(ABC):
@@ -212,12 +212,12 @@ class CommaGameMaster(GameMaster):
     def __init__(self, instance: dict[str, Any], settings: dict[str, Any] | None = None) -> None:
         super().__init__(instance, settings)
         # The runtime passes validated settings; built directly (a test), defaults fill in here.
-        settings = self.puzzle_cls.settings.model_validate(self.settings)
-        self.max_turns = settings.max_turns
-        self.max_mistakes = settings.max_mistakes
-        self.variant = settings.variant
-        self.rules = settings.rules
-        self.puzzle = self.puzzle_cls(settings.rules)
+        validated = self.puzzle_cls.settings.model_validate(self.settings)
+        self.max_turns = validated.max_turns
+        self.max_mistakes = validated.max_mistakes
+        self.variant = validated.variant
+        self.rules = validated.rules
+        self.puzzle = self.puzzle_cls(validated.rules)
         self.puzzle.reset(instance)
         self.turn = 0
         self.mistakes = 0

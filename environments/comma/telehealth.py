@@ -420,9 +420,9 @@ def draw_lesion(
     image = Image.new("RGB", (size, size), skin)
     draw = ImageDraw.Draw(image)
     for _ in range(500):  # skin texture
-        x, y = rng.randrange(size), rng.randrange(size)
+        px, py = rng.randrange(size), rng.randrange(size)
         shade = tuple(max(0, v - rng.randint(6, 18)) for v in skin)
-        draw.point((x, y), fill=shade)
+        draw.point((px, py), fill=shade)
     r = min(140.0, 40 + 5 * float(diameter))
     colours = [PIGMENT[c] for c in lesion["colours"]]
     outline = _outline(lesion["shape"], cx, cy, r, rng)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from parley.environments.base import PlayFn
 from parley.environments.mango.data import MangoDataError, MangoGame, Question, load_game
 from parley.environments.mango.game import (
     DEFAULT_SETTINGS,
@@ -20,7 +21,7 @@ from parley.environments.mango.game import (
 from parley.environments.mango.players import oracle_navigator, random_navigator, scripted_navigator
 from parley.environments.registry import GameInfo, register
 
-PLAYERS = {
+PLAYERS: dict[str, dict[str, PlayFn]] = {
     "navigator": {
         "scripted": scripted_navigator,
         "random": random_navigator,

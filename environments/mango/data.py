@@ -115,7 +115,7 @@ class Question:
             answerable=int(data["answerable"]),
             easy=int(data["easy"]),
             actions=tuple(data.get("actions", ())),
-            path=tuple(tuple(p) for p in data.get("path", ())),  # type: ignore[misc]
+            path=tuple(tuple(p) for p in data.get("path", ())),
         )
 
 

@@ -59,17 +59,18 @@ class MangoSettings(Settings):
 
     data_dir: str | None = None  # a folder of MANGO games; None plays synthetic mazes
     games: str | list[str] = "all"  # "all", a game's name or a list of them
-    cutoff: int = Field(70, ge=0)  # the last walkthrough step shown
+    cutoff: int = Field(default=70, ge=0)  # the last walkthrough step shown
     # Or: show the longest prefix within this many tokens (offline count).
-    token_budget: int | None = Field(None, ge=1)
+    token_budget: int | None = Field(default=None, ge=1)
     difficulty: Literal["all", "easy", "hard"] = "all"  # always among answerable questions
-    sample: int | None = Field(None, ge=1)  # or: this many questions per game (sample_seed)
+    sample: int | None = Field(default=None, ge=1)  # or: this many questions per game (sample_seed)
     sample_seed: int = 0
-    questions_per_episode: int = Field(1, ge=0)  # 0: all of a game's questions in one episode
+    # 0: all of a game's questions in one episode
+    questions_per_episode: int = Field(default=1, ge=0)
     walkthrough: Literal["system", "message", "every_turn"] = "system"
-    synthetic_games: int = Field(6, ge=1)
+    synthetic_games: int = Field(default=6, ge=1)
     synthetic_seed: int = 0
-    synthetic_rooms: int = Field(12, ge=2)
+    synthetic_rooms: int = Field(default=12, ge=2)
 
 
 DEFAULT_SETTINGS: dict[str, Any] = MangoSettings().model_dump(mode="json")
@@ -97,7 +98,7 @@ def game_sources(settings: dict[str, Any]) -> list[dict[str, Any]]:
     data_dir = s["data_dir"]
     if data_dir:
         names = game_names(data_dir)
-        sources = [{"game": n, "data_dir": str(data_dir)} for n in names]
+        sources: list[dict[str, Any]] = [{"game": n, "data_dir": str(data_dir)} for n in names]
     else:
         seed, rooms = int(s["synthetic_seed"]), int(s["synthetic_rooms"])
         sources = [

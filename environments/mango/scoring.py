@@ -96,9 +96,10 @@ def parse_answer(text: str) -> list[AnswerStep]:
     if value is not None:
         block = stripped
     else:
-        block = first_bracketed(text)
-        if block is None:
+        found = first_bracketed(text)
+        if found is None:
             raise ParseError("no [...] list in the reply")
+        block = found
     try:
         if value is None:
             value = json.loads(block)

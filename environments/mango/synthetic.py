@@ -175,7 +175,7 @@ def _describe(rng: random.Random, room: str, moves: dict[tuple[str, str], str], 
 
 def _route(moves: dict[tuple[str, str], str], src: str, targets: set[str]) -> list[str] | None:
     """Shortest action list from ``src`` to the nearest of ``targets`` (breadth first)."""
-    queue = deque([(src, [])])
+    queue: deque[tuple[str, list[str]]] = deque([(src, [])])
     seen = {src}
     while queue:
         room, path = queue.popleft()

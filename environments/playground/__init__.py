@@ -19,7 +19,13 @@ from parley.environments.playground.reversi import ReversiKit
 from parley.environments.playground.sudoku import SudokuKit
 from parley.environments.playground.tasks import TASKS, master_for
 from parley.environments.playground.tictactoe import TicTacToeKit
-from parley.environments.registry import Exemption, GameInfo, register, renders_pictures
+from parley.environments.registry import (
+    Exemption,
+    GameInfo,
+    InstanceFn,
+    register,
+    renders_pictures,
+)
 
 KITS: dict[str, Kit] = {
     kit.name: kit
@@ -111,7 +117,7 @@ E2E_SETTINGS: dict[str, type[E2ESettings]] = {
 }
 
 
-def _instance_fn(kit: Kit, task: str):  # type: ignore[no-untyped-def]
+def _instance_fn(kit: Kit, task: str) -> InstanceFn:
     def instance(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
         rng = seeded("playground", kit.name, task, seed)
         if task == "perceiving":

@@ -469,8 +469,8 @@ class ChessKit(Kit):
         else:
             params, hi = {}, 28
             text = "How many pieces stand on the edge of the board (the outer ring of squares)?"
-        correct = int(self.answer(matrix, kind, params))
-        return numeric_question(kind, params, text, correct, 0, hi, rng)
+        count = int(self.answer(matrix, kind, params))
+        return numeric_question(kind, params, text, count, 0, hi, rng)
 
     # --- positions ----------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ picture and parser share one set of coordinates.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from parley.environments.playground.common import (
@@ -293,7 +294,7 @@ class GomokuPosition(FlatBoardPosition):
         return None
 
 
-def _longest(values: list[int], target: int) -> int:
+def _longest(values: Sequence[int], target: int) -> int:
     best = run = 0
     for v in values:
         run = run + 1 if v == target else 0
@@ -465,8 +466,8 @@ class GomokuKit(Kit):
         else:
             params, hi = {"color": color}, 4 * (N - 1)
             text = f"How many {color.lower()} stones are on the edge of the board?"
-        correct = int(self.answer(matrix, kind, params))
-        return numeric_question(kind, params, text, correct, 0, hi, rng)
+        count = int(self.answer(matrix, kind, params))
+        return numeric_question(kind, params, text, count, 0, hi, rng)
 
     # --- positions ----------------------------------------------------------------------
 

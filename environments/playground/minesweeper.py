@@ -380,8 +380,8 @@ class MinesweeperKit(Kit):
         else:
             params = self.random_line(rng)
             text, hi = f"How many revealed cells are in {self.line_words(params)}?", N
-        correct = int(self.answer(matrix, kind, params))
-        return numeric_question(kind, params, text, correct, 0, hi, rng)
+        count = int(self.answer(matrix, kind, params))
+        return numeric_question(kind, params, text, count, 0, hi, rng)
 
     # --- positions ----------------------------------------------------------------------
 

@@ -290,7 +290,7 @@ class ReversiKit(Kit):
             if counts.count(max(counts)) > 1:  # only ask when one row has the most
                 kind = "count_color"
             else:
-                params = {"color": color}
+                params: dict[str, Any] = {"color": color}
                 correct = self.answer(matrix, kind, params)
                 others = [r for r in self.row_labels if r != correct]
                 options = sorted([correct, *rng.sample(others, 3)], key=int)
@@ -322,8 +322,8 @@ class ReversiKit(Kit):
             else:
                 text = f"How many discs, of either colour, are in {self.line_words(params)}?"
             hi = N
-        correct = int(self.answer(matrix, kind, params))
-        return numeric_question(kind, params, text, correct, 0, hi, rng)
+        count = int(self.answer(matrix, kind, params))
+        return numeric_question(kind, params, text, count, 0, hi, rng)
 
     # --- positions ----------------------------------------------------------------------
 

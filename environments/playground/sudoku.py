@@ -391,8 +391,8 @@ class SudokuKit(Kit):
         else:
             params, hi = {"box": box}, 9
             text = f"How many empty cells are in {where_box}?"
-        correct = int(self.answer(matrix, kind, params))
-        return numeric_question(kind, params, text, correct, 0, hi, rng)
+        count = int(self.answer(matrix, kind, params))
+        return numeric_question(kind, params, text, count, 0, hi, rng)
 
     # --- positions ----------------------------------------------------------------------
 

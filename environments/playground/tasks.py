@@ -14,7 +14,7 @@ episode, and it does not make the score "aborted" (the paper scores it, so do we
 from __future__ import annotations
 
 import json
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from parley.environments.base import (
     GameMaster,
@@ -270,9 +270,9 @@ class RuleMaster(_OneTurnMaster):
             self._finish(raw, 0.0, reason, ReasonCode.PARSE_ERROR)
             return
         self.parsed = True
-        reason = self.position.illegal(move)
-        if reason:
-            self._finish(raw, 0.0, f"invalid: {reason}", ReasonCode.RULE_VIOLATION)
+        illegal = self.position.illegal(move)
+        if illegal:
+            self._finish(raw, 0.0, f"invalid: {illegal}", ReasonCode.RULE_VIOLATION)
         else:
             self._finish(move, 1.0, "valid")
 
@@ -440,7 +440,7 @@ class E2EMaster(_PlaygroundMaster):
                 self.result_word = "draw"
             else:
                 self.result_word = "loss"
-            outcome = "success" if self.result_word == "win" else "lost"
+            outcome: Literal["success", "lost"] = "success" if self.result_word == "win" else "lost"
             reason = {"win": "won", "draw": "draw", "loss": f"lost ({result})"}[self.result_word]
             if self.competitive:
                 winner = {"win": "player", "loss": "opponent"}.get(self.result_word)

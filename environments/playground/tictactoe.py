@@ -231,8 +231,8 @@ class TicTacToeKit(Kit):
                 params["line"] = None
                 text = f"How many {params['color']} marks are on the board?"
                 hi = 9
-        correct = int(self.answer(matrix, kind, params))
-        return numeric_question(kind, params, text, correct, 0, hi, rng)
+        count = int(self.answer(matrix, kind, params))
+        return numeric_question(kind, params, text, count, 0, hi, rng)
 
     # --- positions ----------------------------------------------------------------------
 
