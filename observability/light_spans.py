@@ -88,7 +88,7 @@ def _internals() -> tuple[Any, Any] | None:
         from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
         from opentelemetry.trace.propagation import _SPAN_KEY
 
-        runtime = otel_context._RUNTIME_CONTEXT  # type: ignore[attr-defined]
+        runtime = otel_context._RUNTIME_CONTEXT
         if not isinstance(runtime, ContextVarsRuntimeContext):
             return None  # OTEL_PYTHON_CONTEXT names another runtime context
         return _SPAN_KEY, runtime._current_context
@@ -132,7 +132,7 @@ def current_span(context: Any = None) -> trace.Span:
     # isinstance against the Span ABC costs more than the rest: the usual kinds first (a
     # non-recording span carries a parent parsed from a message's traceparent).
     if type(span) is LightSpan or type(span) is _NON_RECORDING:
-        return span  # type: ignore[no-any-return]
+        return span
     return span if span is not None and isinstance(span, trace.Span) else _INVALID_SPAN
 
 
@@ -226,6 +226,10 @@ class LightSpan(ReadableSpan, trace.Span):
     one, fills its ``__dict__``), a third of what ``ReadableSpan.__init__`` would set and copy.
     """
 
+    # Always set by start_child, so narrower than ReadableSpan's optional fields.
+    _context: SpanContext
+    _attributes: dict[str, types.AttributeValue]
+    _processors: tuple[SpanProcessor, ...]
     _instrumentation_info = None
     _end_time: int | None = None
     _events: Sequence[Event] = ()  # a list from the first event on

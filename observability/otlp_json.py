@@ -292,12 +292,14 @@ class Encoder:
                     found = self._whole_shape(shape)
                 template, others = found
                 try:
+                    encoded: Iterable[bytes]
                     if others:  # a chat span's finish reasons (a list): through _other
-                        encoded = list(map(_dumps, values))
+                        listed = list(map(_dumps, values))
                         for i in others:
-                            encoded[i] = self._other(values[i])
+                            listed[i] = self._other(values[i])
+                        encoded = listed
                     else:
-                        encoded = map(_dumps, values)  # type: ignore[assignment]
+                        encoded = map(_dumps, values)
                     if parent is None:
                         out.append(template % (hex_id, ctx[1], *rest, *encoded))
                     else:
@@ -317,15 +319,15 @@ class Encoder:
             else:
                 out.append(b"]" + self._extras(span) + b"}")
             return
-        ctx = span.get_span_context()
-        assert ctx is not None
+        context = span.get_span_context()
+        assert context is not None
         parent = span.parent
         name = span.name
         out.append(
             _HEAD
             % (
-                ctx.trace_id,
-                ctx.span_id,
+                context.trace_id,
+                context.span_id,
                 b'"parentSpanId":"%016x",' % parent.span_id if parent is not None else b"",
                 self._names.get(name) or self._name(name),
                 _KIND_OF.get(id(span.kind)) or _KIND[span.kind],

@@ -25,7 +25,7 @@ from typing import Any, Self
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanKind
 
-from parley.bus.base import Bus, BusStats, Router, Subscription
+from parley.bus.base import Bus, BusStats, Router, SharedScope, Subscription
 from parley.bus.messages import Message
 from parley.observability import tracing
 from parley.observability.light_spans import LightTracer, current_span
@@ -81,8 +81,10 @@ class TracedBus(Bus):
     def outage_s(self) -> float:
         return self.inner.outage_s()
 
-    async def deliver_local(self, topic: str, message: Message) -> None:
-        await self.inner.deliver_local(topic, message)
+    async def deliver_local(
+        self, topic: str, message: Message, *, shared: SharedScope = "all"
+    ) -> None:
+        await self.inner.deliver_local(topic, message, shared=shared)
 
     async def _unsubscribe(self, sub: Subscription) -> None:
         await self.inner._unsubscribe(sub)

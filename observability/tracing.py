@@ -157,7 +157,7 @@ class PublicTracer(trace.Tracer):
     def __init__(self, tracer: trace.Tracer) -> None:
         self.tracer = tracer
 
-    def start_span(  # type: ignore[override]
+    def start_span(
         self,
         name: str,
         context: Any = None,
@@ -182,7 +182,7 @@ class PublicTracer(trace.Tracer):
         )
         return PublicSpan(span) if span.is_recording() else span
 
-    def start_as_current_span(  # type: ignore[override]
+    def start_as_current_span(
         self,
         name: str,
         context: Any = None,

@@ -151,7 +151,7 @@ def states(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     published = [state(m) for m in messages if m.get("kind") == "state_update"]
     if published:
         return published
-    found = []
+    found: list[dict[str, Any]] = []
     for m in messages:
         if m.get("kind") != "turn_request":
             continue

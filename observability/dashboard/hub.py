@@ -317,12 +317,12 @@ class Hub:
             self._keep_images(message.content)
         elif kind == "turn_response":
             # A role's reply, as the game master receives it (the embedded dashboard sees these).
-            state = self.runs.get(message.run)
-            live = state.live_episodes.get(message.episode) if state else None
-            if live is None or live.finished is not None:
+            known = self.runs.get(message.run)
+            replied = known.live_episodes.get(message.episode) if known else None
+            if replied is None or replied.finished is not None:
                 return
-            live.messages.append(message)
-            live.version += 1
+            replied.messages.append(message)
+            replied.version += 1
         elif isinstance(message, EpisodeFinished):
             self._result(message)
         elif kind == "run_status":

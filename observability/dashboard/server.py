@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Callable
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from aiohttp import WSMsgType, web
 
@@ -347,7 +347,13 @@ class Dashboard:
             raise web.HTTPBadRequest(text=f"{command} failed: {exc}") from None
         return web.json_response({"ok": True, "command": command, "episode": episode, "via": via})
 
-    async def control(self, run: str, command: str, episode: str = "", reason: str = "") -> str:
+    async def control(
+        self,
+        run: str,
+        command: Literal["pause", "resume", "abort"],
+        episode: str = "",
+        reason: str = "",
+    ) -> str:
         """Pause or resume ``run``, or abort ``episode``: through the controller (the embedded
         run's scheduler) where there is one, else as a ``Control`` message on the bus."""
         if self.controller is not None:
@@ -370,7 +376,7 @@ class Dashboard:
         topic = topics.episode_control(run, episode) if episode else topics.control(run)
         message = Control(
             run=run, episode=episode, sender="dashboard", command=command, reason=reason
-        )  # type: ignore[arg-type]
+        )
         await self.bus.publish(topic, message)
         return "bus"
 
@@ -441,6 +447,7 @@ class Dashboard:
         kind = wanted.get("view")
         run = str(wanted.get("run") or "")
         state = hub.runs.get(run)
+        key: tuple[Any, ...]  # each view's own: what, when unchanged, means nothing to send
         if kind == "runs":
             key = ("runs", hub.version)
             if key == last_key:
@@ -493,7 +500,13 @@ class Dashboard:
             if view is None:
                 return {"type": "missing", "run": run, "episode": episode}, key
             items, states = view["items"], view["states"]
-            reset = last_key is None or last_key[4] != key[4] or len(items) < sent_items
+            # The last key sent may be another view's ("missing" until the run was known).
+            reset = (
+                last_key is None
+                or last_key[0] != "episode"
+                or last_key[4] != key[4]
+                or len(items) < sent_items
+            )
             start_items = 0 if reset else sent_items
             start_states = 0 if reset or len(states) < sent_states else sent_states
             payload = {

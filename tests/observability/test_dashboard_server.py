@@ -378,6 +378,28 @@ async def test_a_view_gets_a_few_updates_a_second_however_busy_the_run() -> None
     await bus.close()
 
 
+async def test_an_episode_tab_opened_before_its_run_is_known_shows_the_episode() -> None:
+    bus = LocalBus()
+    dashboard = Dashboard(Hub(), port=0)
+    await dashboard.watch(bus)
+    url = await dashboard.start()
+    async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
+        await ws.send_str(json.dumps({"view": "episode", "run": RUN, "episode": "e1"}))
+        while True:  # the runs view comes first, then the asked view
+            first = json.loads((await asyncio.wait_for(ws.receive(), 10)).data)
+            if first["type"] != "runs":
+                break
+        assert first == {"type": "missing", "run": RUN}
+        await bus.publish(topics.events(RUN, "e1"), started("e1"))
+        while True:
+            message = json.loads((await asyncio.wait_for(ws.receive(), 10)).data)
+            if message["type"] == "episode":
+                break
+        assert message["reset"] is True and message["items_from"] == 0
+    await dashboard.stop()
+    await bus.close()
+
+
 async def test_control_from_a_bus_dashboard_is_a_control_message() -> None:
     bus = LocalBus()
     dashboard = Dashboard(Hub(), port=0)

@@ -194,3 +194,21 @@ async def test_a_malformed_traceparent_is_ignored_not_a_crash(tmp_path: Path) ->
     finally:
         tracing.close()
     assert traces(tmp_path) == {}
+
+
+async def test_a_traced_bus_hands_local_delivery_its_shared_scope_on() -> None:
+    from parley.bus.local import LocalBus
+    from parley.bus.messages import TextPart, TranscriptEvent
+    from parley.observability.traced_bus import TracedBus
+
+    async with TracedBus(LocalBus()) as bus:
+        group = await bus.subscribe("$share/g/parley/r/e/events").ready()
+        plain = await bus.subscribe("parley/r/e/events").ready()
+        message = TranscriptEvent(
+            run="r", episode="e", sender="x", event="note", from_role="gm",
+            content=[TextPart(text="hi")],
+        )  # fmt: skip
+        await bus.deliver_local("parley/r/e/events", message, shared="none")
+        assert (await plain.get()).message == message
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(group.get(), 0.2)
