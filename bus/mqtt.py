@@ -1,12 +1,14 @@
 """The MQTT transport: one MQTT 5 connection per bus, local routing, and no lost QoS 1 message.
 
-Built on aiomqtt 2.x (paho 2.x underneath). aiomqtt gives the connection, its asyncio socket
-integration and SUBSCRIBE/UNSUBSCRIBE; two of its paths are replaced where they would cost
-throughput or flow control:
+Built on paho-mqtt 2.x through its public API: paho's client with its documented hooks for an
+outside event loop (socket callbacks, ``loop_read``/``loop_write``/``loop_misc``), run on the
+asyncio loop here. aiomqtt lends its protocol versions and errors. Two things a plain client
+would not give are done here, for throughput and flow control:
 
 - **publishing** goes straight to paho's write queue (the packets of one pass of the event loop
   together, at its end), and the PUBACKs are read as they come, so up to ``max_inflight`` QoS 1
-  messages are on the wire at a time (aiomqtt's ``publish`` awaits each PUBACK in turn). Every
+  messages are on the wire at a time (a plain client's ``publish`` awaits each PUBACK in
+  turn). Every
   unacknowledged message stays in an ordered pending table until its PUBACK arrives, and is sent
   again, in order, on the next connection;
 - **receiving** uses paho's manual acknowledgement and the MQTT 5 Receive Maximum: a message is
@@ -29,9 +31,10 @@ one of its own for each shared filter. A copy goes where its identifiers say, an
 duplicate memory keys shared copies by ``(topic, message id, shared filter)``. MQTT 3.1.1 has
 no identifiers: there, shared subscriptions are refused.
 
-Whatever this needs beneath aiomqtt's and paho's public API (the paho client inside aiomqtt's,
-the future that ends a connection, the keepalive task) goes through
-:mod:`parley.bus.mqtt_adapter`, which checks the installed versions when the first bus starts.
+Where the installed paho passes the start-up check of :mod:`parley.bus.paho_fast`, QoS 1
+packets are built and queued, and their PUBACKs read, by that accelerator beneath paho's API;
+elsewhere, or with ``PARLEY_MQTT_ACCELERATOR=0``, every message goes through paho's ``publish``.
+Both paths send the same packets in the same order and settle the same pending table.
 """
 
 from __future__ import annotations
@@ -51,7 +54,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Self
 from urllib.parse import parse_qs, unquote, urlparse
 
-import aiomqtt
 import paho.mqtt.client as paho_mqtt
 from aiomqtt import MqttError, ProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
@@ -59,7 +61,7 @@ from paho.mqtt.properties import Properties
 from paho.mqtt.reasoncodes import ReasonCode
 from paho.mqtt.subscribeoptions import SubscribeOptions
 
-from parley.bus import mqtt_adapter, topics
+from parley.bus import paho_fast, topics
 from parley.bus.base import Bus, BusClosed, Delivery, Subscription
 from parley.bus.codec import (
     BATCH_CONTENT_TYPE,
@@ -145,14 +147,21 @@ class _Filter:
 
 @dataclass(eq=False)
 class _Connection:
-    """One connected aiomqtt client; ``mids`` maps paho message ids to pending sequence numbers."""
+    """One paho client and its connection; ``mids`` maps paho message ids to pending sequence
+    numbers, ``requests`` the ids of SUBSCRIBE/UNSUBSCRIBE packets to their acknowledgement."""
 
-    client: aiomqtt.Client
+    paho: paho_mqtt.Client
     generation: int
     loop: asyncio.AbstractEventLoop
     loop_thread: int
+    fast: bool  # paho_fast publishes and reads the PUBACKs
+    connected: asyncio.Future[None]
+    disconnected: asyncio.Future[None]
     mids: dict[int, int] = field(default_factory=dict)
+    requests: dict[int, asyncio.Future[list[Any]]] = field(default_factory=dict)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    housekeeping: asyncio.Task[None] | None = None
+    leaving: bool = False  # our DISCONNECT is on its way
     server_receive_maximum: int | None = None
     # What the broker's CONNACK says it supports (MQTT 5 says: available unless it says not).
     shared_available: bool = True
@@ -161,13 +170,14 @@ class _Connection:
     acked: Callable[[int, int], None] = field(default=lambda mid, reason: None)
     acked_all: Callable[[list[int]], None] = field(default=lambda mids: None)
 
-    @property
-    def paho(self) -> paho_mqtt.Client:
-        return mqtt_adapter.paho_of(self.client)
-
     def fail(self, exc: BaseException) -> None:
-        """The socket broke: end this connection (the connection loop starts the next)."""
-        mqtt_adapter.end_connection(self.client, exc)
+        """End this connection with ``exc`` (the connection loop starts the next)."""
+        for future in (self.connected, self.disconnected):
+            if not future.done():
+                future.set_exception(exc)
+        for request in self.requests.values():
+            if not request.done():
+                request.set_exception(MqttError(f"the connection ended: {exc}"))
 
     def spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.get_running_loop().create_task(coro)
@@ -446,7 +456,6 @@ class MqttBus(Bus):
         if self.closed:
             raise BusClosed("bus is closed")
         loop = asyncio.get_running_loop()
-        mqtt_adapter.ensure_compatible()  # an incompatible aiomqtt/paho upgrade fails here
         if self.tls and self._ssl_context is None:
             self._ssl_context = self._tls_context()  # a missing or bad file fails here, at once
         self._closing = loop.create_future()
@@ -718,21 +727,38 @@ class MqttBus(Bus):
                 return
 
     def _pump(self) -> None:
-        """Send unsent messages, in order, while the window has room: the QoS 1 packets made
-        here (not by paho's publish: mqtt_adapter says why), joined, onto paho's queue."""
+        """Send unsent messages, in order, while the window has room."""
         conn = self._conn
-        unsent = self._unsent
-        if conn is None or not unsent or self._inflight >= self._window:
+        if conn is None or not self._unsent or self._inflight >= self._window:
             return
-        paho = conn.paho
-        if not mqtt_adapter.can_queue(paho):
+        if conn.paho.socket() is None:
             return  # the connection is going down: the next one sends it
-        pending, mids, names = self._pending, conn.mids, self._topic_names
+        if conn.fast:
+            self._pump_fast(conn)
+            return
+        unsent, pending = self._unsent, self._pending
+        room = self._window - self._inflight
+        while unsent and room:
+            seq = unsent.popleft()
+            entry = pending.get(seq)
+            if entry is None:
+                continue
+            if not self._publish_by_paho(conn, seq, entry):
+                unsent.appendleft(seq)
+                break  # the connection is going down: the next one sends it
+            room -= entry.qos != 0
+        self._inflight = self._window - room
+
+    def _pump_fast(self, conn: _Connection) -> None:
+        """:meth:`_pump` through the accelerator: the QoS 1 packets built here, joined, onto
+        paho's queue (paho_fast says why); QoS 0 and 2 through paho's ``publish``."""
+        paho = conn.paho
+        unsent, pending, mids, names = self._unsent, self._pending, conn.mids, self._topic_names
         no_properties = b"\x00" if self._v5 else None
         room = self._window - self._inflight
         packets: list[bytes] = []
         size = resent = 0
-        mid = mqtt_adapter.last_mid(paho)
+        mid = paho_fast.last_mid(paho)
         while unsent and room:
             seq = unsent.popleft()
             entry = pending.get(seq)
@@ -740,34 +766,35 @@ class MqttBus(Bus):
                 continue
             if entry.qos != 1:
                 if packets:
-                    mqtt_adapter.queue_packets(paho, b"".join(packets), mid)
+                    paho_fast.queue_packets(paho, b"".join(packets), mid)
                     packets, size = [], 0
                 if not self._publish_by_paho(conn, seq, entry):
                     unsent.appendleft(seq)
                     break  # the connection is going down: the next one sends it
                 room -= entry.qos != 0
-                mid = mqtt_adapter.last_mid(paho)
+                mid = paho_fast.last_mid(paho)
                 continue
-            mid = mid + 1 if mid < 65535 else 1  # paho's own counter (mqtt_adapter.last_mid)
+            mid = mid + 1 if mid < 65535 else 1  # paho's own counter goes on from here
             props = entry.properties.pack() if entry.properties is not None else no_properties
             name = names.get(entry.topic) or self._topic_name(entry.topic)
-            packet = _publish_packet(name, entry.payload, mid, props, entry.retain)
+            packet = paho_fast.publish_packet(name, entry.payload, mid, props, entry.retain)
             packets.append(packet)
             size += len(packet)
             resent += entry.sent
             entry.sent = True
             mids[mid] = seq
             room -= 1
-            if size >= mqtt_adapter.JOIN_BYTES:
-                mqtt_adapter.queue_packets(paho, b"".join(packets), mid)
+            if size >= paho_fast.JOIN_BYTES:
+                paho_fast.queue_packets(paho, b"".join(packets), mid)
                 packets, size = [], 0
         if packets:
-            mqtt_adapter.queue_packets(paho, b"".join(packets), mid)
+            paho_fast.queue_packets(paho, b"".join(packets), mid)
         self._inflight = self._window - room
         self.stats.resent += resent
 
     def _publish_by_paho(self, conn: _Connection, seq: int, entry: _Outgoing) -> bool:
-        """A QoS 0 or 2 message, through paho's publish; False if paho could not take it."""
+        """A message through paho's public ``publish`` (every message on the public path, QoS 0
+        and 2 on the fast one); False if paho could not take it."""
         info = conn.paho.publish(
             entry.topic, entry.payload, entry.qos, entry.retain, properties=entry.properties
         )
@@ -957,10 +984,10 @@ class MqttBus(Bus):
             properties.SubscriptionIdentifier = ident
         request = [(f, options) for f, _ in batch]
         try:
-            codes = await conn.client.subscribe(
-                request,  # type: ignore[arg-type]
-                properties=properties,
-                timeout=self.operation_timeout,
+            codes = await self._request(
+                conn,
+                lambda: conn.paho.subscribe(request, properties=properties),  # type: ignore[arg-type]
+                self.operation_timeout,
             )
         except MqttError as exc:
             log.warning("subscribing to %d filters failed: %s", len(batch), exc)
@@ -981,8 +1008,10 @@ class MqttBus(Bus):
         self, conn: _Connection, filters: list[str], *, timeout: float | None = None
     ) -> None:
         try:
-            await conn.client.unsubscribe(
-                filters, timeout=self.operation_timeout if timeout is None else timeout
+            await self._request(
+                conn,
+                lambda: conn.paho.unsubscribe(filters),
+                self.operation_timeout if timeout is None else timeout,
             )
         except MqttError as exc:
             log.debug("unsubscribing from %s failed: %s", filters, exc)
@@ -990,6 +1019,23 @@ class MqttBus(Bus):
         for topic_filter in filters:
             if topic_filter not in self._filters:
                 self._stale.discard(topic_filter)
+
+    async def _request(
+        self, conn: _Connection, send: Callable[[], tuple[Any, int | None]], timeout: float
+    ) -> list[Any]:
+        """Send a SUBSCRIBE or UNSUBSCRIBE (``send``, paho's call) and wait for its
+        acknowledgement: the reason codes, one per filter."""
+        rc, mid = send()
+        if rc != paho_mqtt.MQTT_ERR_SUCCESS or mid is None:
+            raise MqttError(f"could not send the request: {paho_mqtt.error_string(rc)}")
+        future: asyncio.Future[list[Any]] = conn.loop.create_future()
+        conn.requests[mid] = future
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise MqttError(f"no acknowledgement from {self.url} in {timeout} s") from None
+        finally:
+            conn.requests.pop(mid, None)
 
     # -- receiving ------------------------------------------------------------------------------
 
@@ -1029,18 +1075,25 @@ class MqttBus(Bus):
         if conn is self._conn:
             _add(conn.loop.add_reader, conn.paho.socket(), self._socket_readable, conn)
 
-    # The socket callbacks replace aiomqtt's: the same work, plus the pause above, and no error
-    # when a socket closes between paho asking for a callback and the loop running it (aiomqtt
-    # schedules add_writer on a file descriptor that may be closed by then).
+    # paho's hooks for an outside event loop: paho says when its socket opens and closes and
+    # when it has something to write; the loop says when the socket is readable or writable.
+    # A socket may close between paho asking for a callback and the loop running it: _add and
+    # _remove let that pass.
 
     def _install_socket_callbacks(self, conn: _Connection) -> None:
-        paho, client, loop = conn.paho, conn.client, conn.loop
+        paho, loop = conn.paho, conn.loop
 
         def on_open(_c: object, _u: object, sock: Any) -> None:
+            if isinstance(sock, socket.socket):
+                # Small packets (PUBACKs, short messages) go at once, not after Nagle's delay.
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
             def register() -> None:
                 if not conn.paused:
                     _add(loop.add_reader, sock, self._socket_readable, conn)
-                mqtt_adapter.start_housekeeping(client, loop)
+                if conn.housekeeping is None:
+                    conn.housekeeping = loop.create_task(self._housekeeping(conn))
 
             loop.call_soon_threadsafe(register)  # paho opens the socket in an executor thread
 
@@ -1057,7 +1110,8 @@ class MqttBus(Bus):
             def unregister() -> None:
                 _remove(loop.remove_reader, sock)
                 _remove(loop.remove_writer, sock)
-                mqtt_adapter.stop_housekeeping(client)
+                if conn.housekeeping is not None:
+                    conn.housekeeping.cancel()
 
             if threading.get_ident() == conn.loop_thread:
                 unregister()
@@ -1073,11 +1127,14 @@ class MqttBus(Bus):
         paho = conn.paho
         try:
             while True:
-                if conn.mids and mqtt_adapter.take_pubacks(
+                if not conn.fast:
+                    paho.loop_read()
+                elif conn.mids and paho_fast.take_pubacks(
                     paho, conn.mids.__contains__, conn.acked_all
                 ):
                     break  # all it held were PUBACKs (plain TCP: no TLS bytes pending)
-                mqtt_adapter.loop_read(paho, len(conn.mids))
+                else:
+                    paho_fast.loop_read(paho, len(conn.mids))
                 sock = paho.socket()
                 if sock is not None and hasattr(sock, "pending") and sock.pending() > 0:
                     continue  # TLS: decrypted bytes the selector cannot see
@@ -1090,6 +1147,12 @@ class MqttBus(Bus):
             conn.paho.loop_write()
         except Exception as exc:
             conn.fail(exc)
+
+    async def _housekeeping(self, conn: _Connection) -> None:
+        """paho's ``loop_misc`` once a second while the socket is open: keepalive pings, and
+        the end of a connection whose broker stopped answering them."""
+        while conn.paho.loop_misc() == paho_mqtt.MQTT_ERR_SUCCESS:
+            await asyncio.sleep(1)
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -1124,9 +1187,7 @@ class MqttBus(Bus):
             topic = raw.topic
         except UnicodeDecodeError:
             self.stats.count_malformed("bad_topic")
-            log.warning(
-                "dropped a message whose topic is not UTF-8: %r", mqtt_adapter.raw_topic(raw)
-            )
+            log.warning("dropped a message whose topic is not UTF-8")
             return
         if not raw.payload:
             return  # a retained message cleared (clear_retained): nothing to deliver
@@ -1199,49 +1260,45 @@ class MqttBus(Bus):
 
     # -- the connection loop --------------------------------------------------------------------
 
-    def _client(self, conn_box: list[_Connection]) -> aiomqtt.Client:
+    def _client(self) -> _Connection:
+        """A new paho client, not connected yet, with this bus's callbacks."""
         v5 = self._v5
-        properties = None
-        if v5:
-            properties = Properties(PacketTypes.CONNECT)
-            properties.SessionExpiryInterval = self.session_expiry
-            properties.ReceiveMaximum = self.receive_maximum
-        client = aiomqtt.Client(
-            self.host,
-            self.port,
-            username=self.username,
-            password=self.password,
-            identifier=self.client_id,
-            protocol=self.protocol,
+        loop = asyncio.get_running_loop()
+        paho = paho_mqtt.Client(
+            paho_mqtt.CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
             clean_session=None if v5 else True,
-            clean_start=(self.clean_start and not self._ever_connected)
-            if v5
-            else paho_mqtt.MQTT_CLEAN_START_FIRST_ONLY,  # paho's default; MQTT 3 has none
-            keepalive=self.keepalive,
-            timeout=self.operation_timeout,
-            max_inflight_messages=0,  # parley's own window (see _pump) decides
-            properties=properties,
-            tls_context=self._ssl_context,
-            tls_insecure=True if self.tls and self.tls_insecure else None,
-            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
-            logger=logging.getLogger("parley.bus.mqtt.client"),
+            protocol=paho_mqtt.MQTTProtocolVersion(int(self.protocol)),
         )
-        client.pending_calls_threshold = 1_000_000
-        self._generation += 1
-        conn = _Connection(
-            client, self._generation, asyncio.get_running_loop(), threading.get_ident()
-        )
-        self._install_socket_callbacks(conn)
-        conn_box.append(conn)
-        paho = mqtt_adapter.paho_of(client)
+        paho.enable_logger(logging.getLogger("parley.bus.mqtt.client"))
+        if self.username is not None:
+            paho.username_pw_set(self.username, self.password)
+        if self._ssl_context is not None:
+            paho.tls_set_context(self._ssl_context)
+            if self.tls_insecure:
+                paho.tls_insecure_set(True)
+        paho.max_inflight_messages_set(0)  # parley's own window (see _pump) decides
         paho.manual_ack_set(True)
+        self._generation += 1
+        fast = paho_fast.enabled()
+        conn = _Connection(
+            paho,
+            self._generation,
+            loop,
+            threading.get_ident(),
+            fast,
+            loop.create_future(),
+            loop.create_future(),
+        )
+        conn.connected.add_done_callback(_retrieve)
+        conn.disconnected.add_done_callback(_retrieve)
+        self._install_socket_callbacks(conn)
         paho.on_message = lambda c, u, m: self._on_paho_message(conn, c, u, m)
         paho.on_publish = lambda c, u, mid, rc, p: self._on_puback(conn, c, u, mid, rc, p)
         conn.acked = lambda mid, reason: self._acked(conn, mid, reason >= 0x80, reason)
         conn.acked_all = lambda mids: self._acked_all(conn, mids)
-        mqtt_adapter.route_pubacks(paho, conn.mids.__contains__, conn.acked)
-        # aiomqtt's handler, chained (mqtt_adapter checks that aiomqtt sets one).
-        aiomqtt_on_connect: Callable[..., None] = paho.on_connect  # type: ignore[assignment]
+        if fast:
+            paho_fast.route_pubacks(paho, conn.mids.__contains__, conn.acked)
 
         def on_connect(c: Any, u: Any, flags: Any, reason: Any, props: Any = None) -> None:
             if props is not None and hasattr(props, "ReceiveMaximum"):
@@ -1251,10 +1308,85 @@ class MqttBus(Bus):
                 conn.identifiers_available = (
                     getattr(props, "SubscriptionIdentifierAvailable", 1) != 0
                 )
-            aiomqtt_on_connect(c, u, flags, reason, props)
+            if conn.connected.done():
+                return
+            if reason.is_failure:
+                conn.fail(MqttError(f"{self.url} refused the connection: {reason}"))
+            else:
+                conn.connected.set_result(None)
+
+        def on_disconnect(c: Any, u: Any, flags: Any, reason: Any, props: Any = None) -> None:
+            if conn.leaving and not conn.disconnected.done():
+                conn.disconnected.set_result(None)
+            conn.fail(MqttError(f"disconnected: {reason}"))
+
+        def on_acknowledged(c: Any, u: Any, mid: int, codes: Any, props: Any = None) -> None:
+            request = conn.requests.get(mid)
+            if request is not None and not request.done():
+                request.set_result(list(codes))
 
         paho.on_connect = on_connect
-        return client
+        paho.on_disconnect = on_disconnect
+        paho.on_subscribe = on_acknowledged
+        paho.on_unsubscribe = on_acknowledged
+        return conn
+
+    async def _connect(self, conn: _Connection) -> None:
+        """Open the socket and send CONNECT (paho's ``connect`` blocks on the socket: in a
+        thread), then wait for the CONNACK."""
+        v5 = self._v5
+        properties = None
+        if v5:
+            properties = Properties(PacketTypes.CONNECT)
+            properties.SessionExpiryInterval = self.session_expiry
+            properties.ReceiveMaximum = self.receive_maximum
+        clean_start = (
+            (self.clean_start and not self._ever_connected)
+            if v5
+            else paho_mqtt.MQTT_CLEAN_START_FIRST_ONLY  # paho's default; MQTT 3 has none
+        )
+
+        def connect() -> None:
+            conn.paho.connect(
+                self.host,
+                self.port,
+                self.keepalive,
+                clean_start=clean_start,
+                properties=properties,
+            )
+
+        try:
+            await conn.loop.run_in_executor(None, connect)
+        except (OSError, ValueError) as exc:
+            raise MqttError(str(exc) or type(exc).__name__) from None
+        try:
+            await asyncio.wait_for(asyncio.shield(conn.connected), self.operation_timeout)
+        except TimeoutError:
+            raise MqttError(f"no CONNACK from {self.url} in {self.operation_timeout} s") from None
+
+    def _discard(self, conn: _Connection) -> None:
+        """Let go of a connection's paho client, its tasks and its socket."""
+        for task in list(conn.tasks):
+            task.cancel()
+        if conn.housekeeping is not None:
+            conn.housekeeping.cancel()
+        conn.fail(MqttError("the connection was closed"))
+        paho = conn.paho
+        sock = paho.socket()
+        if sock is None:
+            return
+        _remove(conn.loop.remove_reader, sock)
+        _remove(conn.loop.remove_writer, sock)
+        # paho closes its socket once a DISCONNECT is written; if that cannot be written now,
+        # the socket is closed here (the client is never used again).
+        conn.leaving = True
+        with contextlib.suppress(Exception):
+            if paho.disconnect() == paho_mqtt.MQTT_ERR_SUCCESS:
+                paho.loop_write()
+        sock = paho.socket()
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _tls_context(self) -> ssl.SSLContext | None:
         if not self.tls:
@@ -1271,11 +1403,13 @@ class MqttBus(Bus):
         assert self._closing is not None
         delay = self.reconnect_min
         while not self._closing.done():
-            box: list[_Connection] = []
             try:
-                client = self._client(box)
-                async with client:
-                    await self._serve(box[0])
+                conn = self._client()
+                try:
+                    await self._connect(conn)
+                    await self._serve(conn)
+                finally:
+                    self._discard(conn)
                 delay = self.reconnect_min
             except MqttError as exc:
                 self._last_error = exc
@@ -1306,7 +1440,7 @@ class MqttBus(Bus):
             self._outage_total += asyncio.get_running_loop().time() - self._down_since
             self._down_since = None
         self._connected.set()
-        disconnected = mqtt_adapter.disconnected(conn.client)
+        disconnected = conn.disconnected
         try:
             filters = list(self._filters.items())
             if filters:
@@ -1343,11 +1477,10 @@ class MqttBus(Bus):
         if self._v5:
             properties = Properties(PacketTypes.DISCONNECT)
             properties.SessionExpiryInterval = 0
+        conn.leaving = True
         if conn.paho.disconnect(properties=properties) == paho_mqtt.MQTT_ERR_SUCCESS:
             with contextlib.suppress(TimeoutError, MqttError):
-                await asyncio.wait_for(
-                    asyncio.shield(mqtt_adapter.disconnected(conn.client)), self.operation_timeout
-                )
+                await asyncio.wait_for(asyncio.shield(conn.disconnected), self.operation_timeout)
 
 
 def _add(register: Callable[..., None], sock: Any, *args: Any) -> None:
@@ -1363,29 +1496,6 @@ def _remove(unregister: Callable[[int], bool], sock: Any) -> None:
     if fd >= 0:
         with contextlib.suppress(OSError, ValueError):
             unregister(fd)
-
-
-def _publish_packet(
-    name: bytes, payload: bytes, mid: int, properties: bytes | None, retain: bool
-) -> bytes:
-    """A QoS 1 PUBLISH packet: ``name`` the topic with its length (:meth:`MqttBus._topic_name`),
-    ``properties`` packed with their length (MQTT 5) or None."""
-    remaining = 2 + len(name) + len(payload) + (len(properties) if properties is not None else 0)
-    first = 0x33 if retain else 0x32  # PUBLISH, QoS 1
-    # The remaining length, 7 bits a byte: one or two bytes for nearly every message.
-    if remaining < 0x80:
-        header = bytes((first, remaining))
-    elif remaining < 0x4000:
-        header = bytes((first, remaining & 0x7F | 0x80, remaining >> 7))
-    else:
-        varint = bytearray((first,))
-        while True:
-            byte, remaining = remaining & 0x7F, remaining >> 7
-            varint.append(byte | 0x80 if remaining else byte)
-            if not remaining:
-                break
-        header = bytes(varint)
-    return b"".join((header, name, mid.to_bytes(2, "big"), properties or b"", payload))
 
 
 def _reason(code: int) -> ReasonCode:
