@@ -684,12 +684,42 @@ def command(args: argparse.Namespace) -> int:
         _report(results, console)
     from parley.runtime.plan import print_context_warnings
 
-    print_context_warnings(config, console)  # prompts longer than a model's context
+    # Prompts longer than a model's context, declared or as its server reports it.
+    print_context_warnings(config, console, sizes=served_context_sizes(config, results))
     failed = [r for r in results if r.status == "failed"]
     if failed:
         console.print(f"[red]{len(failed)} of {len(results)} checks failed[/]")
         return 1
     return 0
+
+
+def served_context_sizes(config: ExperimentConfig, results: list[ModelCheck]) -> dict[str, int]:
+    """Per model whose entry declares no ``context_size``: the context per sequence its server
+    reports (dialect.py: llama.cpp's ``n_ctx``, vLLM's ``max_model_len``), for the context
+    warnings. Only models the checks reached are asked (none served from the cache)."""
+    from parley import event_loop
+    from parley.agents.backends import dialect
+
+    reached = {r.model for r in results if r.step in ("request", "models") and r.status != "failed"}
+    wanted = {
+        name: spec
+        for name, spec in config.models.items()
+        if name in reached and spec.context_size is None and spec.base_urls
+    }
+
+    async def size(spec: ModelSpec) -> int | None:
+        info = dialect.known(spec.backend, spec.base_urls[0], spec.dialect)
+        if info is None:
+            info, _ = await dialect.probe(spec.backend, spec.base_urls[0], spec.model, spec.headers)
+        return info.context_size
+
+    async def sizes() -> list[int | None]:
+        return list(await asyncio.gather(*(size(spec) for spec in wanted.values())))
+
+    if not wanted:
+        return {}
+    found = event_loop.run(sizes())
+    return {name: n for name, n in zip(wanted, found, strict=True) if n}
 
 
 def _cached(config: ExperimentConfig, model: str) -> bool:
@@ -734,7 +764,8 @@ def check_before_run(config: ExperimentConfig, args: argparse.Namespace) -> int 
         _report(results, console)  # slow servers: said even with --quiet
         from parley.runtime.plan import print_context_warnings
 
-        print_context_warnings(config, console)  # prompts longer than a model's context
+        # Prompts longer than a model's context, declared or as its server reports it.
+        print_context_warnings(config, console, sizes=served_context_sizes(config, results))
         if not getattr(args, "quiet", False):
             passed = sum(r.status == "ok" for r in results)
             notes = [f"{passed} model check(s) passed"]

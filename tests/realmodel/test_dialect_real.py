@@ -6,10 +6,13 @@ is refused once, not retried."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from parley.agents.backends import dialect
 from parley.agents.backends.llama_server import LlamaServerProcess
@@ -105,3 +108,25 @@ async def test_images_go_only_to_a_server_that_takes_them(
     calls = [c for m in turn_responses(tmp_path / "run", record["episode"]) for c in m["calls"]]
     assert calls and all(c["outcome"] == "ok" for c in calls)
     assert any(c.get("images", {}).get("dropped") for c in calls)
+
+
+def test_parley_check_warns_of_a_prompt_over_the_served_context(
+    start_llama_server: StartServer, tmp_path: Path
+) -> None:
+    """The entry declares no context: ``parley check`` asks the server, and names the game,
+    the role and the fix for a prompt that will not fit."""
+    server = start_llama_server(ctx=256, slots=1)
+    entry = tiny_model(server)
+    del entry["context_size"]
+    config = {"name": "ctx", "games": _wire(variant="text"), "models": {"tiny": entry}}
+    path = tmp_path / "ctx.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [sys.executable, "-m", "parley.runtime.cli", "check", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "context:" in said and "comma.wire" in said and "solver" in said, said
+    assert str(server.n_ctx) in said
