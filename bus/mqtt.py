@@ -91,8 +91,8 @@ _SUBSCRIBE_BATCH = 64
 NO_BATCH = ("parley/+/jobs",)
 # MQTT 5 Subscription Identifier of every plain filter; each shared filter has its own (2, 3 …).
 _PLAIN_ID = 1
-# How long a closing bus waits for the UNSUBACK of its shared subscriptions (a broker answers in
-# milliseconds; one that is hung or cut off must not hold the close up for operation_timeout).
+# How long a closing bus waits for the UNSUBACK of its shared subscriptions (a live broker answers
+# at once; one that is hung or cut off must not hold the close up for operation_timeout).
 _CLOSE_UNSUBSCRIBE_S = 2.0
 
 

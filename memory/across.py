@@ -159,8 +159,8 @@ class SQLiteEpisodeStore:
     WAL mode: readers (other worker processes) never wait on the writer, and a write is one
     short transaction; ``busy_timeout`` covers two processes writing at once. One connection
     per process, used from the event loop's thread (a lock guards it should another thread
-    write). Writes are synchronous: an episode's memory is a few kilobytes, a commit a
-    millisecond or two, and the next episode of the key must not start before it is there.
+    write). Writes are synchronous: an episode's memory is small, a commit short,
+    and the next episode of the key must not start before it is there.
     """
 
     def __init__(self, path: str | Path, *, busy_timeout_ms: int = 30_000) -> None:

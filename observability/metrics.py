@@ -17,7 +17,7 @@ Instruments (attributes in brackets):
   [gen_ai.operation.name, gen_ai.request.model, error.type]
 - ``parley.turn.duration`` histogram (s): one turn, request sent to next request sent
 - ``parley.agent.duration`` histogram (s): the policy's part of it (model calls for models);
-  both for model and human players only (scripted play takes microseconds)
+  both for model and human players only (scripted play's time is next to nothing)
 - ``parley.episode.duration`` histogram (s) [parley.game, parley.outcome]
 """
 
@@ -116,9 +116,9 @@ assert ("exemplars" in {f.name for f in dataclasses.fields(NumberDataPoint)}) ==
 class LocalHistogram:
     """An explicit-bucket histogram aggregated here, cumulatively, per attribute set.
 
-    The SDK's ``Histogram.record`` checks, copies and hashes the attributes of every value
-    (~10 µs); an episode of a model-played run records dozens of values, which made the run's
-    metrics a third of what tracing cost per model request. Here an episode's values are
+    The SDK's ``Histogram.record`` checks, copies and hashes the attributes of every value;
+    an episode of a model-played run records dozens of values, which made the run's metrics a
+    large share of what tracing cost per model request. Here an episode's values are
     appended as a list and bucketed in bulk, a few thousand at a time and at every export
     (a bisect and a count each, in C); the readers add the histograms to every export
     (:class:`_Reader`), so files and collectors get them as the SDK's own.
@@ -561,7 +561,7 @@ class RunMetrics:
 
     def close(self) -> None:
         # Shutting down exports once more (each reader's last collection) and flushes: a
-        # force_flush first wrote the same totals twice (an export costs ~4 ms).
+        # force_flush first wrote the same totals twice (an export is not free).
         self.provider.shutdown()
 
 
@@ -569,7 +569,7 @@ def episode_summary(result: Any) -> dict[str, Any]:
     """What the run's metrics take from a finished episode, as plain JSON-able values."""
     spec = result.spec
     # Per-turn latencies only for players whose latency says something (models, people):
-    # a scripted player's microseconds would cost more to record than they are worth.
+    # a scripted player's near-instant turns would cost more to record than they are worth.
     timed_roles = {r for r, p in spec.players.items() if p.kind not in ("scripted", "random")}
     turns: dict[str, int] = {}
     timed = []

@@ -396,9 +396,9 @@ class OtlpJsonSpanWriter(SpanProcessor):
 
     Ending a span appends it to a queue (a ``deque``: thread-safe, no lock). Spans ended on
     the thread that made the writer (the run's event loop) are encoded there, ``inline`` at a
-    time (64; fewer while spans are large, a line of about ``INLINE_BYTES``: a third of a
-    millisecond), while they are still in that CPU's caches: encoding them on the writer
-    thread cost 2–9 % more CPU per traced model request for the same instructions (likely the
+    time (64; fewer while spans are large, a line of about ``INLINE_BYTES``: a short hold of
+    the loop), while they are still in that CPU's caches: encoding them on the writer
+    thread cost more CPU per traced model request for the same instructions (likely the
     span objects read cold on another core, and the threads trading the GIL;
     docs/performance.md, thirteenth window). A writer thread wakes every
     ``interval_s`` (or once about ``batch`` spans wait, encoded or not), encodes what other
@@ -469,7 +469,8 @@ class OtlpJsonSpanWriter(SpanProcessor):
                     self._lock.release()
                 if size:
                     # A burst near INLINE_BYTES: spans with long attributes (content: true on
-                    # a long conversation) go a few at a time, not 64 (40 ms at 500 KB each).
+                    # a long conversation) go a few at a time, not 64 (that many would hold up
+                    # the loop).
                     self._inline_now = max(1, min(self.inline, spans * self.INLINE_BYTES // size))
                 if len(self._lines) >= self._wake_at:
                     self._wake.set()

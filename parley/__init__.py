@@ -29,7 +29,7 @@ _API = ("run", "run_sync", "RunResult")
 
 
 def __getattr__(name: str) -> Any:
-    # Looked up on use: importlib.metadata costs every process that imports parley ~0.1 s.
+    # Looked up on use: importlib.metadata is a costly import for every process of parley.
     if name == "__version__":
         from importlib.metadata import PackageNotFoundError, version
 

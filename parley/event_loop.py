@@ -5,15 +5,15 @@ and pacer belong with it: a run's processes (the runtime) and the stand-in model
 (``parley.agents.backends.simserver``) both use them, and none is about the bus, so they live
 in the package root where every layer may import them (``tests/test_layers.py``).
 
-uvloop (libuv underneath) takes about a tenth less CPU per model request than asyncio's
-selector loop (benchmarks/concurrency.py), and serves more connections per core: the same
+uvloop (libuv underneath) takes less CPU per model request than asyncio's selector loop
+(benchmarks/concurrency.py compares them), and serves more connections per core: the same
 reason vLLM's API server runs on it. ``PARLEY_LOOP=asyncio`` picks the standard loop instead
 (for debugging, or where a library misbehaves on uvloop).
 
 Event-loop lag, how late a short timer fires, measures a loop too busy to keep up: a run that
 blocks its loop (a game computing on it, a collection pass, too many replies at once) answers
 every episode late. One probe per process, sampling every 10 ms, costs a wake-up per sample
-(about 0.2 % of a core).
+(little beside a run's own work).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def run(main: Coroutine[Any, Any, T]) -> T:
 
     ``main``'s result never becomes the result of the loop's main task. On Python 3.11 the
     runner puts the SIGINT handler back as it ends, and ``signal`` formats the handler it
-    replaces, which names that task and so its result: a run of 2,000 episodes spent 126 ms
-    writing its outcome out twice as text that nobody reads, and the time and memory grow
+    replaces, which names that task and so its result: a run's outcome was written out twice
+    as text that nobody reads, and the time and memory grow
     with the run (CPython issue 112559).
     """
     box: list[T] = []
@@ -133,17 +133,17 @@ async def responsive_gc(full_every_s: float = 60.0) -> AsyncIterator[None]:
     CPython's collector is driven by a count of allocations minus deallocations, and any object
     freed, however old, lowers it: when hundreds of episodes end at once, the count falls and
     the young generation grows unchecked to hundreds of thousands of objects, then one "young"
-    pass stalls the loop for 100–200 ms; passes over the older generations, which rescan every
-    live episode, stall it for longer. Yet a run makes almost no cyclic garbage (measured:
-    under 3 objects per episode; turns free their objects by reference counting). So while this
-    is entered, automatic collection is off and one full collection runs every
-    ``full_every_s`` seconds (a pause of 0.1–0.3 s with thousands of live episodes), which
+    pass stalls the loop long enough to delay every episode; passes over the older
+    generations, which rescan every live episode, stall it for longer. Yet a run makes almost
+    no cyclic garbage (turns free their objects by reference counting). So while this is
+    entered, automatic collection is off and one full collection runs every
+    ``full_every_s`` seconds (a pause that grows with the live episodes, but rare), which
     bounds what code that does leave cycles (a game, a library) can hold. Objects from before
     are frozen out of every pass. The previous state is restored afterwards.
 
     The young generations are collected before the freeze, not the old one: a full pass over
-    a process that has imported its games takes 50 ms and, measured, finds a few dozen
-    unreachable objects, which stay frozen until the block ends.
+    a process that has imported its games is slow and finds next to nothing unreachable,
+    which stays frozen until the block ends.
     """
     enabled = gc.isenabled()
     gc.collect(1)

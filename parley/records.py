@@ -42,7 +42,7 @@ FINISHED = ("success", "lost", "aborted", "error")
 
 
 def loads(line: str | bytes) -> Any:
-    """One JSON line: orjson (about twice as fast on transcripts), or the standard library for
+    """One JSON line: orjson (faster on transcripts), or the standard library for
     what orjson refuses (integers beyond 64 bits); a torn line raises ``ValueError``."""
     try:
         return orjson.loads(line)

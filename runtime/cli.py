@@ -35,7 +35,7 @@ def say_error(text: str) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     # The config first: a bad one is refused before the runtime (schedulers, model clients,
-    # tracing) is imported, in well under a second.
+    # tracing) is imported, without waiting for those imports.
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
     config = run_config(args, overrides)  # a YAML file, or games and --model
     if config.workers != "remote" and not (args.resume or args.retry_errors):

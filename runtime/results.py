@@ -48,8 +48,8 @@ _IMAGE_REF = re.compile(rb'"sha256":\s*"([0-9a-f]{64})"')
 # when the process ends, however it ends, so a killed run leaves no stale lock behind).
 LOCK_FILE = "run.lock"
 # The writer fsyncs at most this often; what ends meanwhile waits for the next batch. Each
-# sync costs a thread hop and two fsyncs (about 1–2 ms of CPU on a VM, the kernel's included):
-# at 10 ms a scripted run one episode at a time spent a tenth of its turns' time on them.
+# sync costs a thread hop and two fsyncs (CPU, the kernel's included): synced much more often,
+# a scripted run playing one episode at a time spends a noticeable share of its turns on them.
 # A record counts (progress, on_result) at most this long after its episode ended; a run
 # killed meanwhile plays those episodes again on --resume.
 SYNC_EVERY_S = 0.05
@@ -575,7 +575,7 @@ class ResultWriter:
     """Writes finished episodes; ``await write(result)`` returns once its line is fsynced.
 
     Transcripts, images and the record line are encoded and written on the event loop by the
-    writer's own task, a slice at a time (page-cache writes take microseconds; a writer thread
+    writer's own task, a slice at a time (page-cache writes are quick; a writer thread
     would convoy on the GIL); only ``fsync`` runs in a thread, once per batch of whatever
     finished meanwhile. The run's metrics are fed from here too, off the episode's own path.
 
@@ -666,7 +666,7 @@ class ResultWriter:
             wait = synced + SYNC_EVERY_S - time.perf_counter()
             if wait > 0 and not self._closing:
                 # Group commit across time too: one episode at a time would otherwise cost a
-                # thread hop and an fsync each (a hop is ~250 µs of system CPU on a VM).
+                # thread hop and an fsync each (a hop costs system CPU too).
                 await asyncio.sleep(wait)
             self._wake.clear()
             batch, self._pending = self._pending, []

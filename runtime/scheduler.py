@@ -104,7 +104,7 @@ OPENING_STARTS = 1000
 class StartPacer:
     """Episodes start a few per pass of the event loop, in the order they asked.
 
-    An episode's start is a millisecond or so of synchronous work (its actors, its first turn).
+    An episode's start is synchronous work, short but not free (its actors, its first turn).
     A run's episodes move in step, a reply's latency apart: hundreds end in one pass of the
     loop (their last replies came in together), and each slot starts its next episode in that
     same pass, so every reply and timer waits for all of those starts. Through :meth:`turn`,
@@ -117,9 +117,8 @@ class StartPacer:
     ``backlog_at_once``: the first release takes up to this many of the callers waiting then
     (a run's opening slots), before anything is in flight that their starts could hold up.
     They reach their first requests in step, so the requests leave together, as a batching
-    server wants them, instead of trickling out over the whole ramp (measured at N = 200
-    one-request episodes: requests written over 5–12 ms instead of ~170 ms, and the last one
-    sooner). The cap bounds that first pass: a start is a millisecond or so of CPU.
+    server wants them, instead of trickling out over the whole ramp (and the last one
+    leaves sooner). The cap bounds that first pass: each start costs CPU.
     """
 
     def __init__(
@@ -316,7 +315,7 @@ class Scheduler:
 
         listener = await self._listen_for_control()
         try:
-            # asyncio's task group: anyio's start_soon costs 4-5 times the CPU per task, and a
+            # asyncio's task group: anyio's start_soon costs several times the CPU per task, and a
             # ramp makes one slot per episode in flight (thousands) as the first ones start.
             async with asyncio.TaskGroup() as tg:
                 slots = self.concurrency if self.source is not None else len(units)
@@ -350,8 +349,8 @@ class Scheduler:
 
         async def listen() -> None:
             try:
-                # asyncio's own group: anyio's imports its asyncio backend on first use, ~19 ms
-                # of a run's start that a run without worker threads never needs otherwise.
+                # asyncio's own group: anyio's imports its asyncio backend on first use, time
+                # at a run's start that a run without worker threads never needs otherwise.
                 async with asyncio.TaskGroup() as group:
                     for sub in subs:
                         group.create_task(obey(sub))
@@ -440,7 +439,7 @@ class RunOutcome:
 def preload(specs: list[EpisodeSpec], models: Any) -> None:
     """What the first episode would otherwise pay for, done before the run's clock matters:
     the games' families imported (only theirs, environments/registry.py) and the model
-    clients made (the SDK's import, about a second), so episodes start at an even pace."""
+    clients made (the SDK's import is slow), so episodes start at an even pace."""
     for game in sorted({s.game for s in specs}):
         registry.find(game)
     warm = getattr(models, "warm", None)

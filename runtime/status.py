@@ -4,8 +4,8 @@ Every process that plays episodes runs a :class:`StatusPublisher`. About once a 
 the counters the run keeps anyway (the scheduler's progress, the model pool's endpoints, the
 event-loop lag probe), builds a :class:`~parley.bus.messages.RunStatus` and publishes it,
 retained, on ``parley/{run}/status/{process}``: a dashboard that subscribes late still gets the
-latest one. It adds no work per request or per turn; at 2,000 episodes in flight a status costs
-well under a millisecond of CPU (``benchmarks/concurrency.py --status`` measures it).
+latest one. It adds no work per request or per turn, and a status costs little CPU even with
+thousands of episodes in flight (``benchmarks/concurrency.py --status`` measures it).
 
 ``process`` is ``main`` for the run's own process, which counts the whole run, and ``w0``,
 ``w1`` … for worker processes (``workers: N``), which count their share. Workers also send their

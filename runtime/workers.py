@@ -22,9 +22,8 @@ episodes and exits.
 The run's first workers open together. Each sets itself up (bus, model clients, tracing),
 says ``Y`` and waits; the parent says ``G`` to all once every one is ready, has died, or
 :data:`OPENING_WAIT_S` has passed since the first. Without it, a worker that was set up
-sooner sent its share of the opening requests tens of milliseconds before the other (measured
-at 1,000 one-request episodes on two workers: the last requests 36–123 ms after the first,
-where each worker's own took about 20 ms), and a batching server got them in two waves. A
+sooner sent its share of the opening requests well before the other's, and a batching server
+got them in two waves. A
 process taking over a dead worker's episodes does not wait.
 
 Pause, resume and abort reach a worker two ways: from the parent's
@@ -201,7 +200,7 @@ class Spawned:
 
 def preload_args(config: ExperimentConfig, specs: list[EpisodeSpec]) -> list[str]:
     """What a worker imports while it waits for its job: the games' families and the model
-    SDKs these episodes use (a second or two of a worker's start, otherwise paid after the job
+    SDKs these episodes use (a large part of a worker's start, otherwise paid after the job
     arrives, by its first episode)."""
     games = sorted({s.game for s in specs})
     modules = sorted(
@@ -645,8 +644,8 @@ class _FrameSink:
         # What the run's metrics need of an episode; None when tracing is off.
         self.summary: Callable[[EpisodeResult], dict[str, Any]] | None = None
         if metrics:
-            # Imported only here: the metrics SDK costs a run with tracing off ~15 ms at its
-            # start (runtime/scheduler.py imports this module for every run).
+            # Imported only here: the metrics SDK would slow the start of a run with tracing
+            # off (runtime/scheduler.py imports this module for every run).
             from parley.observability.metrics import episode_summary
 
             self.summary = episode_summary

@@ -75,7 +75,7 @@ class Endpoint:
 
     # The SDK's client and its HTTP client are made when first used: a direct endpoint to an
     # OpenAI-compatible server uses neither (unless it probes health), and each costs an import
-    # of the SDK and an SSL context that loads every CA certificate (about 20 ms).
+    # of the SDK and an SSL context that loads every CA certificate.
     @functools.cached_property
     def http(self) -> httpx2.AsyncClient:
         return _http_client(self.backend.sdk, self.spec, self.url)

@@ -98,7 +98,7 @@ def _is_address(name: str) -> bool:
 @functools.cache
 def tls_context() -> ssl.SSLContext:
     """The TLS settings of every model request, on either transport (made once, as loading the
-    certificate authorities takes tens of milliseconds): the authorities of ``SSL_CERT_FILE``,
+    certificate authorities is costly): the authorities of ``SSL_CERT_FILE``,
     else of ``SSL_CERT_DIR``, else the system's, as the SDKs' own HTTP client finds them (on
     macOS and Windows the system's trust store, through ``truststore``, where installed)."""
     if cafile := os.environ.get("SSL_CERT_FILE"):

@@ -264,7 +264,7 @@ class OpenAIBackend(Backend):
     def direct_headers(self, api_key: str | None, spec: ModelSpec) -> dict[str, str] | None:
         # An OpenAI-compatible server needs the key as a bearer token and nothing of the SDK's
         # (its User-Agent and X-Stainless-* describe the SDK): a direct run then never imports
-        # the SDK, about 0.3 s of CPU in every process of the run.
+        # the SDK, a costly import, in any process of the run.
         return {
             "Accept": "application/json",
             "Content-Type": "application/json",
@@ -367,7 +367,7 @@ class DirectTransport:
             connector=aiohttp.TCPConnector(
                 limit=connections,
                 limit_per_host=connections,
-                # Plain http needs no context: loading one costs tens of milliseconds.
+                # Plain http needs no context, and loading one reads every CA certificate.
                 ssl=tls_context() if self.target.scheme == "https" else True,
             ),
             headers=headers,

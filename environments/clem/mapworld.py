@@ -44,10 +44,10 @@ DIRECTIONS = tuple(DELTAS)
 GRID = 4
 MAX_TURNS = 20
 # The graph edit distance search's budget, in node assignments tried (not seconds, so a score
-# never depends on the machine or its load). Measured (benchmarks/fidelity.py): against maps of
-# up to 8 rooms (the paper's), a right, an edge-off or another map's graph takes at most ~7,000
-# steps and random graphs of up to 12 nodes up to ~280,000 (0.4 s); 12-room maps ~620,000. Only
-# larger maps (a setting, not the paper's) can run out, and ``ged_bounded`` records it.
+# never depends on the machine or its load). Against maps of up to 8 rooms (the paper's), a
+# right, an edge-off or another map's graph needs a small part of it, and random graphs and maps
+# of up to 12 nodes stay within it (benchmarks/fidelity.py counts the steps). Only larger maps
+# (a setting, not the paper's) can run out, and ``ged_bounded`` records it.
 GED_MAX_STEPS = 1_000_000
 
 

@@ -34,8 +34,8 @@ PIECE_NAMES = {1: "pawn", 2: "knight", 3: "bishop", 4: "rook", 5: "queen", 6: "k
 PIECE_LETTERS = {1: "P", 2: "N", 3: "B", 4: "R", 5: "Q", 6: "K"}
 MATERIAL = {1: 1, 2: 3, 3: 3, 4: 5, 5: 9, 6: 0}  # the paper's capture values
 # The Stockfish opponent's default search: a fixed depth, the same work on any machine (a time
-# limit, the reference's choice, makes its moves depend on load). 12 plies takes ~40 ms a move
-# here, about what the former 0.1 s default searched.
+# limit, the reference's choice, makes its moves depend on load). 12 plies trades strength for
+# time: a strong opponent, whose move stays short beside a model's turn.
 STOCKFISH_DEPTH = 12
 _UCI = re.compile(r"^[a-h][1-8][a-h][1-8][qrbn]?$")
 _MOVE_NUMBER = re.compile(r"^\d+\s*\.+\s*")

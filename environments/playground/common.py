@@ -30,8 +30,8 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 # Searches and pictures run in worker threads, off the event loop; but Python threads share
 # one interpreter lock, and several CPU-bound threads at once starve the loop's thread of it
-# (lags of hundreds of milliseconds, measured). One at a time keeps the loop's waits to a few
-# milliseconds and loses nothing: the lock lets only one of them run at a time anyway.
+# (every reply and timer of the process then waits). One at a time keeps the loop's waits short
+# and loses nothing: the lock lets only one of them run at a time anyway.
 _CPU = threading.Lock()
 
 

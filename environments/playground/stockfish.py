@@ -1,7 +1,7 @@
 """A small pool of Stockfish processes over UCI (python-chess ``chess.engine``), shared by
 every chess episode of the process and shut down at exit.
 
-Starting Stockfish costs tens of milliseconds and a process; one per move (or per episode)
+Starting Stockfish costs a process and its start-up; one per move (or per episode)
 would waste both, so engines are checked out for one move at a time and returned. Calls are
 blocking: the opponent runs in a worker thread (``GameInfo.offload_players``), never on the
 event loop. Each engine serves one caller at a time.

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 LEVEL = 0.95
 SEED = 0
-# Enough for two-digit intervals; the bootstrap of one cell then takes a few milliseconds.
+# Enough for two-digit intervals, and few enough that a report's many cells stay quick.
 RESAMPLES = 2000
 # BCa needs a jackknife over every value (n statistics of n-1 values): beyond this many
 # values the percentile interval is used instead (it agrees closely for large samples).
