@@ -5,6 +5,7 @@ never goes another way than its neighbours."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import os
@@ -113,6 +114,13 @@ def tls_context() -> ssl.SSLContext:
     return ssl.create_default_context()
 
 
+def basic_auth(user: str, password: str) -> str:
+    """The value of an ``Authorization`` (or ``Proxy-Authorization``) header for HTTP Basic
+    authentication (RFC 7617, UTF-8). Made here: aiohttp's ``encode_basic_auth`` is missing from
+    the older aiohttp versions parley supports, and its ``BasicAuth`` is deprecated."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
 def request_options(url: str) -> dict[str, Any]:
     """What one aiohttp request to ``url`` takes to go the way every model call to it goes:
     ``proxy`` (without its credentials), the proxy's credentials as ``headers`` for plain
@@ -123,8 +131,6 @@ def request_options(url: str) -> dict[str, Any]:
 
         async with session.get(url, **request_options(url)) as response: ...
     """
-    import aiohttp
-
     target = yarl.URL(url)
     options: dict[str, Any] = {"ssl": tls_context() if target.scheme == "https" else True}
     proxy = proxy_for(url)
@@ -132,9 +138,7 @@ def request_options(url: str) -> dict[str, Any]:
         return options
     parsed = yarl.URL(proxy)
     if parsed.user is not None:
-        auth = {
-            "Proxy-Authorization": aiohttp.encode_basic_auth(parsed.user, parsed.password or "")
-        }
+        auth = {"Proxy-Authorization": basic_auth(parsed.user, parsed.password or "")}
         options["proxy_headers" if target.scheme == "https" else "headers"] = auth
         proxy = str(parsed.with_user(None))
     options["proxy"] = proxy

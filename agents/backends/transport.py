@@ -41,7 +41,7 @@ from parley.agents.backends.spec import PARAM_PRESETS, GenerationParams, ModelSp
 if TYPE_CHECKING:
     import httpx2
 
-from parley.agents.backends.network import proxy_for, tls_context
+from parley.agents.backends.network import basic_auth, proxy_for, tls_context
 from parley.agents.backends.retry import Failure, status_failure
 from parley.bus.messages import PromptMessage
 
@@ -351,11 +351,7 @@ class DirectTransport:
             headers = {}
             parsed = yarl.URL(proxy)
             if parsed.user is not None:
-                auth = {
-                    "Proxy-Authorization": aiohttp.encode_basic_auth(
-                        parsed.user, parsed.password or ""
-                    )
-                }
+                auth = {"Proxy-Authorization": basic_auth(parsed.user, parsed.password or "")}
                 # aiohttp sends proxy_headers only with a tunnel's CONNECT: a plain http
                 # request carries the proxy's credentials itself.
                 if self.target.scheme == "https":
