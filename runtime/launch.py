@@ -18,7 +18,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
@@ -28,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from parley.agents.backends.pool import ModelPool
+from parley.agents.backends.processes import free_port
 from parley.agents.backends.spec import LaunchSpec, ModelSpec, parallel_flags
 
 log = logging.getLogger("parley.launch")
@@ -35,12 +35,6 @@ log = logging.getLogger("parley.launch")
 
 class LaunchFailed(RuntimeError):
     """A server that exited or never became healthy."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 _PLACEHOLDER = re.compile(r"\{(model|served_name|port|host|gpus|replica|python)\}")

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from parley.records import SCHEMA_VERSION
 
 if TYPE_CHECKING:
+    from parley.agents.backends.dialect import ServerInfo
     from parley.agents.backends.spec import ModelSpec
     from parley.runtime.config import ExperimentConfig
     from parley.runtime.experiment import EpisodeSpec
@@ -180,12 +181,6 @@ def describe(config: ExperimentConfig) -> dict[str, Any]:
     return {**environment(), "generation": generation(config)}
 
 
-def _root(url: str) -> str:
-    """The server root of an OpenAI-style base URL (``…/v1`` dropped): where ``/version`` is."""
-    url = url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
 async def _get_json(session: Any, url: str, headers: dict[str, str]) -> tuple[Any, str | None]:
     """(the JSON answer, None) or (None, why not), never raising."""
     from parley.agents.backends.network import request_options
@@ -205,15 +200,11 @@ async def _get_json(session: Any, url: str, headers: dict[str, str]) -> tuple[An
         return None, f"{type(exc).__name__}: {exc}"[:300]
 
 
-async def _nothing() -> tuple[Any, str | None]:
-    return None, None
-
-
 async def probe_endpoint(
-    session: Any, spec: ModelSpec, url: str, key: str | None
+    session: Any, spec: ModelSpec, url: str, key: str | None, known: ServerInfo | None = None
 ) -> dict[str, Any]:
-    """What one endpoint of ``spec`` says: the model ids it serves (or the error) and the vLLM
-    version when it answers ``/version``."""
+    """What one endpoint of ``spec`` says: the model ids it serves (or the error), what server
+    it is (:mod:`~parley.agents.backends.dialect`) and the version it gives."""
     from parley.runtime.config import masked_url
 
     headers = {k: v for k, v in spec.headers.items()}
@@ -226,13 +217,10 @@ async def probe_endpoint(
         models_url = f"{url.rstrip('/')}/models"
         if key:
             headers["Authorization"] = f"Bearer {key}"
-    # All at once, so one endpoint takes at most ENDPOINT_TIMEOUT_S.
-    (models, error), (version, _), server = await asyncio.gather(
-        _get_json(session, models_url, headers),
-        _get_json(session, f"{_root(url)}/version", headers)
-        if spec.backend == "openai"
-        else _nothing(),
-        _server(spec, url, headers),
+    # Both at once, so one endpoint takes at most ENDPOINT_TIMEOUT_S; the probe of what the
+    # server is also reads its version (vLLM's /version, llama.cpp's /props).
+    (models, error), server = await asyncio.gather(
+        _get_json(session, models_url, headers), _server(spec, url, headers, known)
     )
     entry: dict[str, Any] = {"url": masked_url(url)}
     if error is None and isinstance(models, dict) and isinstance(models.get("data"), list):
@@ -249,16 +237,19 @@ async def probe_endpoint(
         error = error or "an answer without a model list"
         # An error's text may quote the URL or the key: stored as the URL is, masked.
         entry["error"] = error.replace(url, masked_url(url)).replace(key or "\0", "***")
-    entry["version"] = version.get("version") if isinstance(version, dict) else None
+    entry["version"] = server.get("version")
     entry["server"] = server
     return entry
 
 
-async def _server(spec: ModelSpec, url: str, headers: Mapping[str, str]) -> dict[str, Any]:
-    """What the endpoint is (agents/backends/dialect.py), as the run's model calls see it."""
+async def _server(
+    spec: ModelSpec, url: str, headers: Mapping[str, str], known: ServerInfo | None
+) -> dict[str, Any]:
+    """What the endpoint is (agents/backends/dialect.py): as the run's model calls learnt it
+    (``known``), else from the config, its host or a probe of its own."""
     from parley.agents.backends import dialect
 
-    info = dialect.known(spec.backend, url, spec.dialect)
+    info = known or dialect.known(spec.backend, url, spec.dialect)
     if info is None:
         info, _ = await dialect.probe(spec.backend, url, spec.model, headers)
     return info.record()
@@ -269,9 +260,12 @@ async def probe_endpoints(
     names: Iterable[str],
     urls: Mapping[str, list[str]] | None = None,
     environ: Mapping[str, str] | None = None,
+    pool: Any = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Per model of ``names``: :func:`probe_endpoint` for each of its base URLs (the config's
-    and ``urls``, e.g. launched servers'). Never raises; bounded by ``ENDPOINT_TIMEOUT_S``."""
+    and ``urls``, e.g. launched servers'); what a server is comes from ``pool``'s endpoints
+    where the run has them (one probe for the run and its record). Never raises; bounded by
+    ``ENDPOINT_TIMEOUT_S``."""
     import aiohttp
 
     from parley.agents.backends.client import api_key
@@ -292,10 +286,19 @@ async def probe_endpoints(
             if not targets:
                 answers[name] = [{"url": None, "error": "no base URL"}]
             for url in targets:
-                jobs.append((name, asyncio.create_task(probe_endpoint(session, spec, url, key))))
+                probe = _probed(session, spec, url, key, name, pool)
+                jobs.append((name, asyncio.create_task(probe)))
         for name, job in jobs:
             answers.setdefault(name, []).append(await job)
     return answers
+
+
+async def _probed(
+    session: Any, spec: ModelSpec, url: str, key: str | None, name: str, pool: Any
+) -> dict[str, Any]:
+    server_info = getattr(pool, "server_info", None)
+    known = await server_info(name, url) if server_info is not None else None
+    return await probe_endpoint(session, spec, url, key, known)
 
 
 @contextlib.asynccontextmanager
@@ -313,7 +316,7 @@ async def endpoints_recorded(
         yield
         return
     task = asyncio.create_task(
-        probe_endpoints(pool.specs, names, getattr(pool, "urls", None), pool.environ),
+        probe_endpoints(pool.specs, names, getattr(pool, "urls", None), pool.environ, pool),
         name="provenance-endpoints",
     )
     try:

@@ -126,7 +126,7 @@ class Endpoint:
 
     async def probe(self, path: str) -> bool:
         try:
-            response = await self.http.get(self.backend.root(self.url) + path, timeout=5.0)
+            response = await self.http.get(dialect.root(self.url) + path, timeout=5.0)
             return response.status_code == 200
         except Exception as exc:
             # One handler, as mypy cannot type a starred tuple in an except clause.

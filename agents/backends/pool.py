@@ -9,6 +9,7 @@ from typing import Any
 
 from parley.agents.backends.cache import ResponseCache, resolve_path
 from parley.agents.backends.client import ModelClient, ModelUnavailable, TracerFn, api_key
+from parley.agents.backends.dialect import ServerInfo
 from parley.agents.backends.endpoint import Endpoint
 from parley.agents.backends.spec import ModelSpec
 from parley.agents.backends.transport import BACKENDS
@@ -87,6 +88,15 @@ class ModelPool:
         client.cache = self.cache_for(spec)
         self._clients[name] = client
         return client
+
+    async def server_info(self, name: str, url: str) -> ServerInfo | None:
+        """What the server of ``name``'s endpoint at ``url`` is, as its model calls know it
+        (one probe, shared with them); None where the run made no such endpoint."""
+        spec = self.specs.get(name)
+        endpoint = (
+            None if spec is None else self._endpoints.get((spec.backend, url, spec.api_key_env))
+        )
+        return None if endpoint is None else await endpoint.identify()
 
     def warm(self, names: Iterable[str]) -> None:
         """Make the clients of ``names`` now, before the first episode: the SDK's import (a

@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -44,7 +43,7 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from parley import event_loop
-from parley.agents.backends import constrain
+from parley.agents.backends import constrain, processes
 from parley.agents.backends.batch_sim import SimBatchConfig, SimBatches
 from parley.agents.backends.spec import is_reasoning_name
 from parley.event_loop import LoopLagProbe, responsive_gc
@@ -1127,19 +1126,10 @@ class SimServerProcess:
             seen.append(line)
             if line.startswith("listening on "):
                 self.url = line.split()[-1].strip()
-                # Keep reading what it prints, so that a full pipe never blocks it.
-                threading.Thread(target=self._drain, daemon=True).start()
+                processes.drain(self.process, self.output)
                 return self
         self.stop()
         raise RuntimeError("sim server did not start:\n" + "".join(seen[-20:]))
-
-    def _drain(self) -> None:
-        stream = self.process.stdout if self.process is not None else None
-        if stream is None:
-            return
-        with contextlib.suppress(ValueError, OSError):
-            for line in stream:
-                self.output.append(line)
 
     def _call(self, path: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
         data = json.dumps(payload).encode() if payload is not None else None
@@ -1169,15 +1159,7 @@ class SimServerProcess:
         self._call("/sim/reset", {})
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(5)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        if self.process is not None and self.process.stdout is not None:
-            self.process.stdout.close()
+        processes.stop(self.process, 5.0)
         self.process = None
         if self._config_file:
             with contextlib.suppress(OSError):

@@ -138,11 +138,6 @@ class Backend:
             await items.close()
         return acc.reply(ttft)
 
-    @staticmethod
-    def root(url: str) -> str:
-        """The server root of a base URL (``…/v1`` removed), where ``/health`` lives."""
-        return url[: -len("/v1")] if url.endswith("/v1") else url
-
 
 def _parsed(parse: Callable[[Any], Reply], body: bytes) -> Reply:
     """A whole response body parsed by ``parse``, with the bytes that were not UTF-8 counted

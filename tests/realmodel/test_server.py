@@ -10,25 +10,15 @@ import urllib.request
 import pytest
 
 from parley.agents.backends.llama_server import LlamaServerProcess, parse_metrics
-from tests.realmodel.conftest import MAX_TOKENS, StartServer
+from tests.realmodel.conftest import MAX_TOKENS, StartServer, post_chat
 
 pytestmark = pytest.mark.real_model
 
 
 def chat(server: LlamaServerProcess, text: str) -> dict:
-    body = {
-        "model": server.model,
-        "messages": [{"role": "user", "content": text}],
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0,
-    }
-    req = urllib.request.Request(
-        server.openai_url + "/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(req, timeout=120) as resp:
-        reply: dict = json.loads(resp.read())
+    status, body = post_chat(server, [{"role": "user", "content": text}])
+    assert status == 200, body
+    reply: dict = json.loads(body)
     return reply
 
 

@@ -5,8 +5,6 @@ COMMA's wire puzzle, TicTacToe and the reference game against scripted partners.
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,13 @@ import pytest
 
 from parley.agents.backends.llama_server import LlamaServerProcess
 from parley.runtime.results import RunFolder
-from tests.realmodel.conftest import MAX_TOKENS, StartServer, model_responses, play, real_config
+from tests.realmodel.conftest import (
+    StartServer,
+    model_responses,
+    play,
+    post_chat,
+    real_config,
+)
 
 pytestmark = [pytest.mark.real_model, pytest.mark.anyio]
 
@@ -57,22 +61,7 @@ def strict_server(start_llama_server: StartServer) -> LlamaServerProcess:
 
 def chat(server: LlamaServerProcess, roles: list[str]) -> tuple[int, str]:
     """The status and body of a chat request whose messages have ``roles``."""
-    body = {
-        "model": server.model,
-        "messages": [{"role": role, "content": f"a {role} message"} for role in roles],
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0,
-    }
-    req = urllib.request.Request(
-        server.openai_url + "/chat/completions",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
+    return post_chat(server, [{"role": role, "content": f"a {role} message"} for role in roles])
 
 
 def test_the_strict_server_refuses_a_history_that_opens_with_the_models_reply(
