@@ -10,6 +10,7 @@ properties.
 from __future__ import annotations
 
 import json
+import operator
 import reprlib
 import weakref
 from collections.abc import Callable, Sequence
@@ -176,6 +177,11 @@ def encode_transcript(messages: Sequence[Message]) -> bytes:
     keys differs from :func:`encode`: ``prompt`` comes last in a response's object.
     """
     encoded: dict[int, bytes] = {}  # id of a prompt message -> its JSON (alive all along)
+    # Per role (the id of its prompts' first message), its latest prompt and the JSON of all
+    # of that prompt but its last message (the observation, new each turn): the next prompt
+    # that starts with the same message objects takes that JSON whole, so a turn costs the
+    # messages it adds, not its whole history again.
+    latest: dict[int, tuple[Sequence[Any], bytes]] = {}
     lines: list[bytes] = []
     for message in messages:
         prompt = message.prompt if isinstance(message, TurnResponse) else None
@@ -184,12 +190,22 @@ def encode_transcript(messages: Sequence[Message]) -> bytes:
             lines.append(encode(message, inline_images=False))
             continue
         parts: list[bytes] = []
-        for item in prompt:
+        start = 0
+        before = latest.get(id(prompt[0]))
+        if before is not None:
+            shared = len(before[0]) - 1
+            if 0 < shared < len(prompt) and all(map(operator.is_, prompt[:shared], before[0])):
+                parts.append(before[1])
+                start = shared
+        for item in prompt[start:]:
             done = encoded.get(id(item))
             if done is None:
                 done = _json(item, False) or _pydantic_json(item, False)
                 encoded[id(item)] = done
             parts.append(done)
+        head = b",".join(parts[:-1])
+        latest[id(prompt[0])] = (prompt, head)
+        body = b",".join((head, parts[-1])) if head else parts[-1]
         rest = None
         fields = _FAST.fields(message) if _FAST is not None else None
         if fields is not None:  # (a subclass with a serializer of its own: pydantic's)
@@ -197,7 +213,7 @@ def encode_transcript(messages: Sequence[Message]) -> bytes:
             rest = _json(fields, False)
         if rest is None:
             rest = _pydantic_json(message, False, exclude=_PROMPT)
-        line = b"".join((rest[:-1], b',"prompt":[', b",".join(parts), b"]}"))
+        line = b"".join((rest[:-1], b',"prompt":[', body, b"]}"))
         lines.append(_within(line, DEFAULT_MAX_BYTES))
     lines.append(b"")
     return b"\n".join(lines)
