@@ -65,6 +65,7 @@ from parley.observability.light_spans import (
     stamp,
 )
 from parley.observability.otlp_json import TRACES_FILE, OtlpJsonSpanWriter
+from parley.records import EpisodeRecord
 
 # A run folder's metric exports (observability/metrics.py writes them).
 METRICS_FILE = "metrics.jsonl"
@@ -599,7 +600,9 @@ def content_attributes(prompt: Sequence[Any] | None, reply: str) -> dict[str, st
     return attributes
 
 
-def episode_content(record: dict[str, Any], transcript: Sequence[Any]) -> dict[str, str]:
+def episode_content(
+    record: EpisodeRecord | dict[str, Any], transcript: Sequence[Any]
+) -> dict[str, str]:
     """An episode's record (``parley.record``, JSON) and transcript (``parley.transcript``,
     JSON Lines, images by sha256) as attributes of its span, for runs that record content:
     an exported trace set then holds what ``parley leaks`` and ``parley errors`` read
@@ -609,7 +612,8 @@ def episode_content(record: dict[str, Any], transcript: Sequence[Any]) -> dict[s
     turn's prompt shares with the role's earlier prompts are encoded once, not once a turn."""
     from parley.bus.codec import PayloadTooLarge, encode, encode_transcript
 
-    kept = {k: v for k, v in record.items() if k != "transcript"}  # a byte range of the folder
+    data = record.json_dict() if isinstance(record, EpisodeRecord) else record
+    kept = {k: v for k, v in data.items() if k != "transcript"}  # a byte range of the folder
     try:
         lines = encode_transcript(transcript).rstrip(b"\n")
     except PayloadTooLarge:  # a span takes what the folder's size limit refuses

@@ -56,7 +56,7 @@ from typing import Any
 
 import pandas as pd
 
-from parley.records import read_records, transcripts
+from parley.records import EpisodeRecord, read_records, transcripts
 
 OUTCOMES = ("success", "lost", "aborted", "error", "cancelled")
 RunLike = Any  # a path, a RecordedRun/RunFolder, a RunOutcome or a parley.api.RunResult
@@ -76,7 +76,7 @@ def run_path(run: RunLike) -> Path:
     return Path(path)
 
 
-def _records(run: RunLike) -> tuple[Path, list[dict[str, Any]]]:
+def _records(run: RunLike) -> tuple[Path, list[EpisodeRecord]]:
     path = run_path(run)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a run folder")
@@ -87,8 +87,8 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float | bool)
 
 
-def _settings(record: dict[str, Any]) -> dict[str, Any]:
-    settings = (record.get("spec") or {}).get("settings") or {}
+def _settings(record: EpisodeRecord) -> dict[str, Any]:
+    settings = record.spec.get("settings") or {}
     return {f"setting_{k}": v for k, v in settings.items() if _plain(v)}
 
 
@@ -96,38 +96,38 @@ def _pairing_label(pairing: dict[str, str]) -> str:
     return ",".join(f"{role}={label}" for role, label in pairing.items())
 
 
-def episode_row(record: dict[str, Any]) -> dict[str, Any]:
+def episode_row(record: EpisodeRecord) -> dict[str, Any]:
     """One record of ``episodes.jsonl`` (upgraded) as a flat row."""
-    pairing = record.get("pairing") or {}
-    tokens = record.get("tokens") or {}
-    outcome = record.get("outcome")
+    pairing = record.pairing
+    tokens = record.tokens.values()
+    outcome = record.outcome
     row: dict[str, Any] = {
-        "run": record.get("run"),
-        "episode": record["episode"],
-        "game": record.get("game"),
-        "seed": record.get("seed"),
-        "repetition": record.get("repetition", 0),
+        "run": record.run,
+        "episode": record.episode,
+        "game": record.game,
+        "seed": record.seed,
+        "repetition": record.repetition,
         "pairing": _pairing_label(pairing),
         **{f"role_{role}": label for role, label in pairing.items()},
         "outcome": outcome,
         "success": outcome == "success",
         "played": outcome in ("success", "lost"),
-        "reason": record.get("reason") or "",
-        "reason_code": record.get("reason_code"),
-        "main_score": record.get("main_score"),
-        **{f"score_{k}": v for k, v in (record.get("scores") or {}).items()},
-        **{f"result_{k}": v for k, v in (record.get("role_results") or {}).items()},
-        "turns": record.get("turns", 0),
-        "started_at": record.get("started_at"),
-        "finished_at": record.get("finished_at"),
-        "duration_s": record.get("duration_s"),
-        "model_time_s": record.get("model_time_s"),
-        "input_tokens": sum(int(t.get("input", 0)) for t in tokens.values()),
-        "output_tokens": sum(int(t.get("output", 0)) for t in tokens.values()),
-        "cache_read_tokens": sum(int(t.get("cache_read", 0)) for t in tokens.values()),
-        "cache_write_tokens": sum(int(t.get("cache_write", 0)) for t in tokens.values()),
+        "reason": record.reason,
+        "reason_code": record.reason_code,
+        "main_score": record.main_score,
+        **{f"score_{k}": v for k, v in record.scores.items()},
+        **{f"result_{k}": v for k, v in record.role_results.items()},
+        "turns": record.turns,
+        "started_at": record.started_at,
+        "finished_at": record.finished_at,
+        "duration_s": record.duration_s,
+        "model_time_s": record.model_time_s,
+        "input_tokens": sum(t.input for t in tokens),
+        "output_tokens": sum(t.output for t in tokens),
+        "cache_read_tokens": sum(t.cache_read for t in tokens),
+        "cache_write_tokens": sum(t.cache_write for t in tokens),
         **_settings(record),
-        "error": record.get("error"),
+        "error": record.error,
     }
     return row
 
@@ -252,13 +252,13 @@ def _cached_input(
     return sum(int((call.get("usage") or {}).get(key, 0)) for call in calls)
 
 
-def turn_rows(record: dict[str, Any], messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def turn_rows(record: EpisodeRecord, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The turns of one episode: a row per reply (``turn_response``), with what the game made
     of it (the transcript events of that turn from that role)."""
-    pairing = record.get("pairing") or {}
+    pairing = record.pairing
     base = {
-        "episode": record["episode"],
-        "game": record.get("game"),
+        "episode": record.episode,
+        "game": record.game,
         "pairing": _pairing_label(pairing),
         **{f"role_{role}": label for role, label in pairing.items()},
     }

@@ -103,7 +103,7 @@ async def run(
     return RunResult(
         folder=outcome.folder.path,
         run_id=outcome.run_id,
-        counts=dict(Counter(r["outcome"] for r in outcome.records)),
+        counts=dict(Counter(r.outcome for r in outcome.records)),
         played=outcome.progress.done,
         skipped=outcome.progress.skipped,
         interrupted=outcome.interrupted,

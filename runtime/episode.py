@@ -46,7 +46,7 @@ from parley.memory import HistoryPolicy, MemoryEntry
 from parley.memory.across import EpisodeMemory, EpisodeStore, render
 from parley.observability import tracing
 from parley.observability.light_spans import UseSpan
-from parley.records import RECORD_SCHEMA  # the record shape; readers upgrade older ones
+from parley.records import RECORD_SCHEMA, EpisodeRecord  # readers upgrade older shapes
 from parley.runtime.actor import Actor, ActorHost
 from parley.runtime.experiment import EpisodeSpec
 from parley.runtime.players import make_policy
@@ -121,38 +121,42 @@ class EpisodeResult:
     # The spec as the record shows it, dumped once at the start (EpisodeStarted carries it).
     spec_json: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
-    def record(self, run: str) -> dict[str, Any]:
-        return {
-            "schema_version": RECORD_SCHEMA,
-            "schema": RECORD_SCHEMA,  # the same, under the name parley 0.1's readers look for
-            "run": run,
-            "episode": self.spec.id,
-            "game": self.spec.game,
-            "seed": self.spec.seed,
-            "repetition": self.spec.repetition,
-            "pairing": self.spec.pairing,
-            "spec": (
-                self.spec_json
-                if self.spec_json is not None
-                else self.spec.model_dump(mode="json", exclude={"instance"})
-            ),
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "reason_code": self.reason_code,
-            "main_score": self.main_score,
-            "scores": self.scores,
-            "role_results": self.role_results,
-            "turns": self.turns,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "duration_s": round(self.finished_at - self.started_at, 6),
-            "model_time_s": round(self.model_time_s, 6),
-            "tokens": self.tokens,
-            "token_source": self.token_source,
-            "model_calls": self.model_calls,
-            "private_facts": self.private_facts,
-            "error": self.error,
-        }
+    def record(self, run: str) -> EpisodeRecord:
+        """The episode's record for ``episodes.jsonl``, validated (a value of the wrong type,
+        such as a game's score that is no number, raises ``pydantic.ValidationError``)."""
+        return EpisodeRecord.model_validate(
+            {
+                "schema_version": RECORD_SCHEMA,
+                "schema": RECORD_SCHEMA,  # the same, under the name parley 0.1's readers use
+                "run": run,
+                "episode": self.spec.id,
+                "game": self.spec.game,
+                "seed": self.spec.seed,
+                "repetition": self.spec.repetition,
+                "pairing": self.spec.pairing,
+                "spec": (
+                    self.spec_json
+                    if self.spec_json is not None
+                    else self.spec.model_dump(mode="json", exclude={"instance"})
+                ),
+                "outcome": self.outcome,
+                "reason": self.reason,
+                "reason_code": self.reason_code,
+                "main_score": self.main_score,
+                "scores": self.scores,
+                "role_results": self.role_results,
+                "turns": self.turns,
+                "started_at": self.started_at,
+                "finished_at": self.finished_at,
+                "duration_s": round(self.finished_at - self.started_at, 6),
+                "model_time_s": round(self.model_time_s, 6),
+                "tokens": self.tokens,
+                "token_source": self.token_source,
+                "model_calls": self.model_calls,
+                "private_facts": self.private_facts,
+                "error": self.error,
+            }
+        )
 
 
 def _parts(text: str, images: list[bytes], cache: dict[str, bytes]) -> list[TextPart | ImagePart]:

@@ -8,15 +8,15 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
 
-from parley.records import main_score, read_records
+from parley.records import EpisodeRecord, read_records
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
 # A family's own tables: the `parley.reports` entry point named after the family (parley's
 # own in pyproject.toml, a plugin's in its package), "module:function" with
-# ``function(records, run_dir) -> str`` (Markdown; it may also write files such as PNG plots).
-FamilyReport = Callable[[list[dict[str, Any]], Path], str]
+# ``function(records, run_dir) -> str``: the family's records (parley.records.EpisodeRecord,
+# typed) and the run folder, Markdown back (it may also write files such as PNG plots).
+FamilyReport = Callable[[list[EpisodeRecord], Path], str]
 REPORTS_GROUP = "parley.reports"
 
 OUTCOMES = ("success", "lost", "aborted", "error", "cancelled")
@@ -25,9 +25,9 @@ OUTCOMES = ("success", "lost", "aborted", "error", "cancelled")
 CONTEXT_EXCEEDED = "context_exceeded"
 
 
-def over_context(record: dict[str, Any]) -> bool:
+def over_context(record: EpisodeRecord) -> bool:
     """The episode ended as ``error`` because a prompt was longer than its model's context."""
-    return record.get("outcome") == "error" and record.get("reason_code") == CONTEXT_EXCEEDED
+    return record.outcome == "error" and record.reason_code == CONTEXT_EXCEEDED
 
 
 class ReportSectionError(Exception):
@@ -55,8 +55,9 @@ def family_report(family: str) -> FamilyReport | None:
     return fn
 
 
-def pairing_label(record: dict[str, Any]) -> str:
-    return ", ".join(f"{role}={who}" for role, who in record["pairing"].items())
+def pairing_label(record: EpisodeRecord) -> str:
+    """``role=player, …``: who played the episode's roles."""
+    return ", ".join(f"{role}={who}" for role, who in record.pairing.items())
 
 
 def mean(values: Sequence[float | None]) -> float | None:
@@ -74,16 +75,16 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def summary_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def summary_rows(records: list[EpisodeRecord]) -> tuple[list[str], list[list[str]]]:
     """Per game and pairing: episodes, outcome counts, success % and mean main score (each
     with its 95 % interval, runtime/reports/intervals.py), turns."""
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
     for r in records:
-        groups[(r["game"], pairing_label(r))].append(r)
+        groups[(r.game, pairing_label(r))].append(r)
     header = ["game", "pairing", "episodes", *OUTCOMES, "success %", "main", "turns"]
     rows = []
     for (game, pairing), group in sorted(groups.items()):
-        counts = {o: sum(1 for r in group if r["outcome"] == o) for o in OUTCOMES}
+        counts = {o: sum(1 for r in group if r.outcome == o) for o in OUTCOMES}
         rows.append(
             [
                 game,
@@ -91,19 +92,19 @@ def summary_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[st
                 str(len(group)),
                 *(str(counts[o]) for o in OUTCOMES),
                 rate_cell(counts["success"], len(group)),
-                mean_cell([main_score(r) for r in group], 1),
-                fmt(mean([r["turns"] for r in group])),
+                mean_cell([r.main_score for r in group], 1),
+                fmt(mean([r.turns for r in group])),
             ]
         )
     return header, rows
 
 
-def ending_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def ending_rows(records: list[EpisodeRecord]) -> tuple[list[str], list[list[str]]]:
     """Per game and pairing: how many episodes ended with each reason code (``–``: a record
     from before reason codes whose ending only its game knew)."""
     groups: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     for r in records:
-        groups[(r["game"], pairing_label(r))][r.get("reason_code") or "–"] += 1
+        groups[(r.game, pairing_label(r))][r.reason_code or "–"] += 1
     codes = sorted({code for counts in groups.values() for code in counts})
     header = ["game", "pairing", *codes]
     rows = [
@@ -113,18 +114,18 @@ def ending_rows(records: list[dict[str, Any]]) -> tuple[list[str], list[list[str
     return header, rows
 
 
-def player_kinds(record: dict[str, Any]) -> dict[str, str]:
+def player_kinds(record: EpisodeRecord) -> dict[str, str]:
     """Each role's kind of player: ``human`` (terminal or browser seat), ``model`` or
     ``built-in`` (scripted, random), from the record's spec."""
-    players = (record.get("spec") or {}).get("players") or {}
+    players = record.spec.get("players") or {}
     kinds = {}
-    for role in record.get("pairing") or {}:
+    for role in record.pairing:
         kind = (players.get(role) or {}).get("kind")
         kinds[role] = {"human": "human", "llm": "model"}.get(kind or "", "built-in")
     return kinds
 
 
-def human_turn_seconds(run_dir: Path, records: list[dict[str, Any]]) -> dict[str, list[float]]:
+def human_turn_seconds(run_dir: Path, records: list[EpisodeRecord]) -> dict[str, list[float]]:
     """Per episode with a human player: how long each human turn took (seconds), from the
     replies in its transcript (``raw.player: human``)."""
     from parley.records import RecordedRun
@@ -132,41 +133,41 @@ def human_turn_seconds(run_dir: Path, records: list[dict[str, Any]]) -> dict[str
     run = RecordedRun(run_dir)
     out: dict[str, list[float]] = {}
     for r in records:
-        if "human" not in player_kinds(r).values() or not r.get("transcript"):
+        if "human" not in player_kinds(r).values() or not r.transcript:
             continue
-        out[r["episode"]] = [
+        out[r.episode] = [
             float(m.get("latency_s") or 0.0)
-            for m in run.iter_transcript(r["episode"])
+            for m in run.iter_transcript(r.episode)
             if m.get("kind") == "turn_response" and (m.get("raw") or {}).get("player") == "human"
         ]
     return out
 
 
 def human_rows(
-    records: list[dict[str, Any]], seconds: dict[str, list[float]]
+    records: list[EpisodeRecord], seconds: dict[str, list[float]]
 ) -> tuple[list[str], list[list[str]]]:
     """For each game a human played: every pairing of it, human pairs beside model and
     built-in ones, with who plays each role, outcomes, scores and the humans' time per turn."""
-    games = {r["game"] for r in records if "human" in player_kinds(r).values()}
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    games = {r.game for r in records if "human" in player_kinds(r).values()}
+    groups: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
     for r in records:
-        if r["game"] in games:
-            groups[(r["game"], pairing_label(r))].append(r)
+        if r.game in games:
+            groups[(r.game, pairing_label(r))].append(r)
     header = ["game", "pairing", "players", "episodes", "success %", "main", "turns"]
     header.append("human s/turn")
     rows = []
     for (game, pairing), group in sorted(groups.items()):
         kinds = player_kinds(group[0])
-        times = [t for r in group for t in seconds.get(r["episode"], [])]
+        times = [t for r in group for t in seconds.get(r.episode, [])]
         rows.append(
             [
                 game,
                 pairing,
                 ", ".join(f"{role}: {kind}" for role, kind in kinds.items()),
                 str(len(group)),
-                rate_cell(sum(r["outcome"] == "success" for r in group), len(group)),
-                mean_cell([main_score(r) for r in group], 1),
-                fmt(mean([r["turns"] for r in group])),
+                rate_cell(sum(r.outcome == "success" for r in group), len(group)),
+                mean_cell([r.main_score for r in group], 1),
+                fmt(mean([r.turns for r in group])),
                 fmt(mean(times)) if times else "–",
             ]
         )
@@ -179,26 +180,26 @@ _VARYING = re.compile(r"(?<![\d.])\d+\.\d+(?![\d.])")
 REASON_CHARS = 160  # a failure's reason is grouped by (and shown as) its first this many chars
 
 
-def failure_head(record: dict[str, Any]) -> str:
+def failure_head(record: EpisodeRecord) -> str:
     """What an ``error`` episode's failure is grouped by: the first line of its reason
     (which names the role, the exception type and its message), figures that vary from one
     episode to the next masked, cut to :data:`REASON_CHARS`; else the last line of its
     recorded exception."""
-    text = (record.get("reason") or "").strip()
+    text = record.reason.strip()
     if over_context(record):
         # One group whatever the token counts: "solver failed: …" keeps who it was.
         who = text.split(" failed:")[0] + " failed: " if " failed:" in text else ""
         return f"{who}a prompt longer than the model's context ({CONTEXT_EXCEEDED})"
     if not text:
-        lines = [line for line in (record.get("error") or "").splitlines() if line.strip()]
+        lines = [line for line in (record.error or "").splitlines() if line.strip()]
         text = lines[-1].strip() if lines else "no reason recorded"
     head = _VARYING.sub("…", text.splitlines()[0].strip())
     return head if len(head) <= REASON_CHARS else head[: REASON_CHARS - 1] + "…"
 
 
-def record_models(record: dict[str, Any]) -> list[str]:
+def record_models(record: EpisodeRecord) -> list[str]:
     """The models (registry names) that played in an episode, from its spec."""
-    players = (record.get("spec") or {}).get("players") or {}
+    players = record.spec.get("players") or {}
     return sorted(
         {
             str(p.get("model"))
@@ -208,36 +209,36 @@ def record_models(record: dict[str, Any]) -> list[str]:
     )
 
 
-def failure_reasons(records: list[dict[str, Any]]) -> list[tuple[int, str, list[str], str]]:
+def failure_reasons(records: list[EpisodeRecord]) -> list[tuple[int, str, list[str], str]]:
     """Why episodes ended in ``error``, most frequent first: (count, reason head, the games
     and models of those episodes, one such episode's id)."""
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for r in records:
-        if r.get("outcome") == "error":
+        if r.outcome == "error":
             groups[failure_head(r)].append(r)
     out = []
     for head, group in groups.items():
-        where = sorted({r["game"] for r in group} | {m for r in group for m in record_models(r)})
-        out.append((len(group), head, where, str(group[0].get("episode", ""))))
+        where = sorted({r.game for r in group} | {m for r in group for m in record_models(r)})
+        out.append((len(group), head, where, group[0].episode))
     out.sort(key=lambda row: (-row[0], row[1]))
     return out
 
 
-def failed_models(records: list[dict[str, Any]]) -> list[str]:
+def failed_models(records: list[EpisodeRecord]) -> list[str]:
     """The models every one of whose episodes ended in ``error`` (none played): a key that
     is not set, a server that is down, a wrong model name (prompts too long for the context
     are not such a failure)."""
     outcomes: dict[str, set[str]] = defaultdict(set)
     for r in records:
-        if r.get("outcome") == "cancelled":
+        if r.outcome == "cancelled":
             continue
         for model in record_models(r):
-            outcomes[model].add(CONTEXT_EXCEEDED if over_context(r) else str(r.get("outcome")))
+            outcomes[model].add(CONTEXT_EXCEEDED if over_context(r) else r.outcome)
     return sorted(m for m, seen in outcomes.items() if seen == {"error"})
 
 
 def failure_rows(
-    records: list[dict[str, Any]], limit: int = 10
+    records: list[EpisodeRecord], limit: int = 10
 ) -> tuple[list[str], list[list[str]]]:
     """The top ``limit`` failure reasons as a table: episodes, share of the errors, reason,
     where (games and models), an example episode."""
@@ -272,9 +273,9 @@ def build_report(run_dir: str | Path) -> str:
     ]
     header, rows = ending_rows(records)
     parts += ["## Endings by reason code", "", markdown_table(header, rows), ""]
-    if any(r.get("outcome") == "error" for r in records):
+    if any(r.outcome == "error" for r in records):
         header, rows = failure_rows(records)
-        errors = sum(r.get("outcome") == "error" for r in records)
+        errors = sum(r.outcome == "error" for r in records)
         over = sum(over_context(r) for r in records)
         dead = failed_models(records)
         parts += [
@@ -314,11 +315,11 @@ def build_report(run_dir: str | Path) -> str:
             markdown_table(header, rows),
             "",
         ]
-    families: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    families: dict[str, list[EpisodeRecord]] = defaultdict(list)
     games = registry.all_games()
     for r in records:
-        info = games.get(r["game"])
-        families[info.family if info else r["game"].split(".")[0]].append(r)
+        info = games.get(r.game)
+        families[info.family if info else r.game.split(".")[0]].append(r)
     for family, group in sorted(families.items()):
         try:
             fn = family_report(family)

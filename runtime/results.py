@@ -30,7 +30,7 @@ from parley.event_loop import Pacer
 from parley.observability import tracing
 from parley.observability.otlp_json import TRACES_FILE
 from parley.observability.tracing import METRICS_FILE
-from parley.records import FINISHED, RecordedRun, check_folder
+from parley.records import FINISHED, EpisodeRecord, RecordedRun, check_folder
 from parley.records import main_score as main_score
 from parley.records import read_records as read_records
 from parley.records import upgrade as upgrade
@@ -307,7 +307,8 @@ class RunFolder(RecordedRun):
         except (OSError, ValueError):
             pass
         records = self.records()
-        run_id = records[0]["run"] if records else f"{config.name}-recovered-{os.urandom(2).hex()}"
+        recovered = f"{config.name}-recovered-{os.urandom(2).hex()}"
+        run_id = (records[0].run if records else None) or recovered
         log.warning("run.json in %s was unreadable; rebuilt it for run %s", self.path, run_id)
         return {"run": run_id, "created": time.time(), "name": config.name, "recovered": True}
 
@@ -344,9 +345,7 @@ class RunFolder(RecordedRun):
         if not self.episodes.exists():
             return
         damaged: list[bytes] = []
-        kept = [
-            r for r in read_records(self.episodes, unreadable=damaged) if r["outcome"] in FINISHED
-        ]
+        kept = [r for r in read_records(self.episodes, unreadable=damaged) if r.outcome in FINISHED]
         if damaged:
             # Out of the records file, but not lost: the lines go to a file of their own.
             aside = self.path / DAMAGED_FILE
@@ -371,10 +370,12 @@ class RunFolder(RecordedRun):
                 self.path,
             )
         kept = whole
-        atomic_write(self.episodes, b"".join(json.dumps(r).encode() + b"\n" for r in kept))
+        # Each record as it was read (its keys, those it does not name included): a folder of
+        # an older parley keeps its lines, upgraded.
+        atomic_write(self.episodes, b"".join(r.json_line().encode() + b"\n" for r in kept))
         if self.transcripts.exists():
-            ranges = [r["transcript"] for r in kept if r.get("transcript")]
-            end = max((int(w["offset"]) + int(w["length"]) for w in ranges), default=0)
+            ranges = [r.transcript for r in kept if r.transcript]
+            end = max((w.offset + w.length for w in ranges), default=0)
             if self.transcripts.stat().st_size > end:
                 with self.transcripts.open("r+b") as f:
                     f.truncate(end)
@@ -395,12 +396,12 @@ class RunFolder(RecordedRun):
                 continue
             log.warning("cut a torn last line off %s", path)
 
-    def _with_whole_transcripts(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _with_whole_transcripts(self, records: list[EpisodeRecord]) -> list[EpisodeRecord]:
         """The records whose transcript lines are all in ``transcripts.jsonl``: inside the
         file, starting a line and ending one. An older version could record an episode whose
         transcript a full disk had cut, and a crash may lose a tail the records file kept."""
         if not self.transcripts.exists():
-            return [r for r in records if not (r.get("transcript") or {}).get("length")]
+            return [r for r in records if not (r.transcript and r.transcript.length)]
         with self.transcripts.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
 
@@ -408,11 +409,11 @@ class RunFolder(RecordedRun):
                 f.seek(position)
                 return f.read(1)
 
-            def whole(record: dict[str, Any]) -> bool:
-                where = record.get("transcript")
-                if not where or not int(where["length"]):
+            def whole(record: EpisodeRecord) -> bool:
+                where = record.transcript
+                if not where or not where.length:
                     return True
-                offset, end = int(where["offset"]), int(where["offset"]) + int(where["length"])
+                offset, end = where.offset, where.offset + where.length
                 return (
                     end <= size
                     and (offset == 0 or byte_at(offset - 1) == b"\n")
@@ -422,13 +423,13 @@ class RunFolder(RecordedRun):
 
             return [r for r in records if whole(r)]
 
-    def _uses_images(self, record: dict[str, Any], shas: set[str]) -> bool:
-        where = record.get("transcript")
+    def _uses_images(self, record: EpisodeRecord, shas: set[str]) -> bool:
+        where = record.transcript
         if not where:
             return False
         with self.transcripts.open("rb") as f:
-            f.seek(int(where["offset"]))
-            chunk = f.read(int(where["length"]))
+            f.seek(where.offset)
+            chunk = f.read(where.length)
         return any(m.group(1).decode() in shas for m in _IMAGE_REF.finditer(chunk))
 
 
@@ -518,7 +519,12 @@ def _same(saved: Any, now: Any) -> bool:
 @dataclass
 class EncodedResult:
     """A finished episode as the bytes that go into the run folder: its record (without the
-    transcript's place, which the writer decides), its transcript lines, its images by hash."""
+    transcript's place, which the writer decides), its transcript lines, its images by hash.
+
+    ``record`` is the JSON of an :class:`~parley.records.EpisodeRecord`
+    (:meth:`~parley.records.EpisodeRecord.json_dict`), as it crosses from a worker process to
+    the parent; :func:`parley.records.record_of` makes it typed again (and says what is wrong
+    with one that is no record)."""
 
     record: dict[str, Any]
     transcript: bytes
@@ -533,10 +539,11 @@ class EncodedResult:
 
     @classmethod
     def of(cls, result: EpisodeResult, run: str) -> EncodedResult:
-        """``result`` encoded, its record's JSON included (which raises where it cannot be)."""
+        """``result`` encoded, its record's JSON included (which raises where it cannot be: a
+        value of the wrong type, one JSON cannot hold)."""
         record = result.record(run)
-        encoded = cls(record, encode_transcript(result.transcript), result.images)
-        encoded.record_json = json.dumps(record)
+        encoded = cls(record.json_dict(), encode_transcript(result.transcript), result.images)
+        encoded.record_json = record.json_line()
         return encoded
 
     @classmethod

@@ -22,7 +22,7 @@ from parley.environments import registry
 from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.memory.across import EpisodeStore, InProcessEpisodeStore, SQLiteEpisodeStore
 from parley.observability.tracing import Tracing
-from parley.records import FINISHED
+from parley.records import FINISHED, EpisodeRecord
 from parley.runtime import provenance
 from parley.runtime.actor import ActorHost
 from parley.runtime.config import ConfigError, ExperimentConfig
@@ -426,7 +426,7 @@ class RunOutcome:
     folder: RunFolder
     run_id: str
     progress: Progress
-    records: list[dict[str, Any]]
+    records: list[EpisodeRecord]
     interrupted: bool
     # Per process that played episodes: event-loop lag p50/p99/max in ms.
     loop_lag: list[dict[str, Any]] = field(default_factory=list)

@@ -46,7 +46,7 @@ from parley.bus.signing import read_public_key, verify
 from parley.observability.dashboard import episode as shown
 from parley.observability.dashboard.index import RUNNING, EpisodeIndex
 from parley.observability.leaks import episode_disclosures
-from parley.records import main_score, parse_message, parse_record, upgrade
+from parley.records import EpisodeRecord, main_score, parse_message, parse_record
 
 # A run whose processes published their status (every second) and then sent none for this long
 # is shown as silent, not live: killed outright (kill -9, a machine gone) it cannot say so.
@@ -553,7 +553,7 @@ class Hub:
             record = parse_record(line)
             if record is None:  # a damaged line (parley.records warns of it when read whole)
                 continue
-            self._recorded(state, upgrade(record), offset)
+            self._recorded(state, record, offset)
             count += 1
         followed.offset += end + 1
         if count:
@@ -615,8 +615,8 @@ class Hub:
                 messages.append(message)
         return messages
 
-    def record(self, run: str, episode: str) -> dict[str, Any] | None:
-        """An episode's record from its run folder (one line read), if it has one."""
+    def record(self, run: str, episode: str) -> EpisodeRecord | None:
+        """An episode's record from its run folder (one line read, upgraded), if it has one."""
         state = self.runs.get(run)
         row = state.index.get(episode) if state else None
         if state is None or row is None or row.offset is None or state.folder is None:
@@ -624,10 +624,9 @@ class Hub:
         try:
             with (state.folder / "episodes.jsonl").open("rb") as f:
                 f.seek(row.offset)
-                record = parse_record(f.readline())
+                return parse_record(f.readline())
         except OSError:
             return None
-        return upgrade(record) if record is not None else None
 
     def has_image(self, sha: str) -> bool:
         """Whether :meth:`image` can serve ``sha`` now."""

@@ -21,12 +21,13 @@ import yaml
 import tests.runtime.faulty_game  # noqa: F401  (registers test.counter)
 from parley.agents.backends.simserver import SimServerProcess
 from parley.observability.dashboard.hub import Hub
-from parley.records import read_records
+from parley.records import EpisodeRecord, read_records
 from parley.runtime.cli import EXIT_MODEL_FAILED, EXIT_TOO_MANY_ERRORS, build_parser, main
 from parley.runtime.report import failure_reasons, summary_rows
 from parley.runtime.reports.intervals import rate_cell
 from parley.runtime.results import LOCK_FILE
 from tests.backends.conftest import FAST_RETRY, base_sim, model, wire_config
+from tests.records import record
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "PARLEY_TEST_FAILURES_KEY"
@@ -241,18 +242,20 @@ def test_failure_reasons_group_by_cause_not_by_the_figures_that_vary() -> None:
     """Two servers down, each for several episodes that took different times to give up:
     two reasons, with their counts; the addresses (which server) are kept apart."""
 
-    def down(port: int, seconds: float, n: int) -> dict[str, Any]:
-        return {
-            "episode": f"ep-{port}-{n}",
-            "game": "comma.wire",
-            "outcome": "error",
-            "reason": f"solver failed: ModelUnavailable: model m{port} unreachable: gave up "
-            f"after 2 attempts in {seconds} s; last: Cannot connect to host 127.0.0.1:{port}",
-            "spec": {"players": {"solver": {"kind": "llm", "model": f"m{port}"}}},
-        }
+    def down(port: int, seconds: float, n: int) -> EpisodeRecord:
+        return record(
+            {
+                "episode": f"ep-{port}-{n}",
+                "game": "comma.wire",
+                "outcome": "error",
+                "reason": f"solver failed: ModelUnavailable: model m{port} unreachable: gave up "
+                f"after 2 attempts in {seconds} s; last: Cannot connect to host 127.0.0.1:{port}",
+                "spec": {"players": {"solver": {"kind": "llm", "model": f"m{port}"}}},
+            }
+        )
 
     records = [down(9001, 0.1 * i, i) for i in range(3)] + [down(9002, 2.5, 0)]
-    records.append({"episode": "fine", "game": "comma.wire", "outcome": "success", "spec": {}})
+    records.append(record(episode="fine", game="comma.wire", outcome="success", spec={}))
     reasons = failure_reasons(records)
     assert [(n, where) for n, _, where, _ in reasons] == [
         (3, ["comma.wire", "m9001"]),
