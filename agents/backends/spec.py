@@ -69,12 +69,25 @@ class GenerationParams(_Strict):
 
 class ConcurrencySpec(_Strict):
     """Requests in flight per endpoint: starts at ``start``, shrinks ×``decrease`` on 429/503,
-    grows back by one after ``limit`` successes in a row while requests are waiting."""
+    grows back by one after ``limit`` successes in a row while requests are waiting.
 
-    start: int = Field(default=32, ge=1)
+    ``start`` left out is ``max``: the run's ``concurrency`` (episodes at once) is then what
+    bounds the requests in flight, until a server pushes back. A server that refuses load
+    (429/503) shrinks the limit within seconds, and one that queues (vLLM, SGLang, llama.cpp)
+    takes the requests as they come, so a cautious start would only slow a large run down.
+    """
+
+    start: int = Field(default=4096, ge=1)
     min: int = Field(default=1, ge=1)
-    max: int = Field(default=1024, ge=1)
+    max: int = Field(default=4096, ge=1)
     decrease: float = Field(default=0.8, gt=0.0, lt=1.0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _start_at_max(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "start" not in data and "max" in data:
+            return {**data, "start": data["max"]}
+        return data
 
     @model_validator(mode="after")
     def _ordered(self) -> ConcurrencySpec:

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from parley import event_loop
 from parley.agents.backends.simserver import SimServerProcess
 from parley.runtime.config import load_config
@@ -33,7 +35,16 @@ HOLD_ALL = {
 }
 
 
-def _config(url: str, workers: int | str = "auto") -> Any:
+def _config(url: str, workers: int | str = "auto", *, model_defaults: bool = False) -> Any:
+    model: dict[str, Any] = {
+        "model": "sim",
+        "base_url": url,
+        "images": False,
+        "timeout_s": 300,
+        "retry": {"max_attempts": 1},
+    }
+    if not model_defaults:
+        model |= {"transport": "direct", "concurrency": {"start": 4096, "min": 64, "max": 4096}}
     return load_config(
         {
             "name": "ramp",
@@ -42,17 +53,7 @@ def _config(url: str, workers: int | str = "auto") -> Any:
             "workers": workers,
             "tracing": {"enabled": False},
             "state": {"publish": "off"},
-            "models": {
-                "sim": {
-                    "model": "sim",
-                    "base_url": url,
-                    "images": False,
-                    "transport": "direct",
-                    "timeout_s": 300,
-                    "retry": {"max_attempts": 1},
-                    "concurrency": {"start": 4096, "min": 64, "max": 4096},
-                }
-            },
+            "models": {"sim": model},
             "games": [
                 {
                     "game": "clem.reference",
@@ -81,12 +82,14 @@ async def _ramp(server: SimServerProcess, config: Any, out: Path) -> tuple[dict[
     return seen, (await run, schedulers[0])
 
 
-def test_all_requests_in_flight_before_any_reply(tmp_path: Path) -> None:
+@pytest.mark.parametrize("model_defaults", [False, True], ids=["tuned", "model-defaults"])
+def test_all_requests_in_flight_before_any_reply(tmp_path: Path, model_defaults: bool) -> None:
+    """With the model's concurrency and transport at their defaults too: the run's
+    ``concurrency`` alone bounds its requests, with no limit of the model's to raise first."""
     assert worker_count("auto", N) == 1 and N < AUTO_ONE_PROCESS_BELOW
     with SimServerProcess(HOLD_ALL) as server:
-        seen, (outcome, _) = event_loop.run(
-            _ramp(server, _config(server.openai_url), tmp_path / "run")
-        )
+        config = _config(server.openai_url, model_defaults=model_defaults)
+        seen, (outcome, _) = event_loop.run(_ramp(server, config, tmp_path / "run"))
         stats = server.stats()
     # All N requests were out together, and the server had answered none of them.
     assert seen["in_flight"] == N
