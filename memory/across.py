@@ -33,7 +33,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from parley.records import EpisodeRecord
 
 SCHEMA_VERSION = 1
 Kind = Literal["seen", "said", "note"]
@@ -80,19 +83,19 @@ def memory_key(
     return "|".join([game, role, pairing[role], together, policy, group or ""])
 
 
-def record_memory_keys(record: dict[str, Any]) -> dict[str, str]:
+def record_memory_keys(record: EpisodeRecord) -> dict[str, str]:
     """:func:`memory_key` of each role with memory across episodes, from an episode's record
     (its ``spec`` and ``pairing``)."""
-    memory = (record.get("spec") or {}).get("memory") or {}
+    memory = record.spec.get("memory") or {}
     out = {}
     for role, spec in memory.items():
         across = spec.get("across") if isinstance(spec, dict) else None
         if not across or across.get("policy", "none") == "none":
             continue
         out[role] = memory_key(
-            record["game"],
+            record.game,
             role,
-            record["pairing"],
+            record.pairing,
             across["policy"],
             across.get("group"),
             bool(across.get("across_pairings")),

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from parley.records import RecordedRun, read_records
+from parley.records import EpisodeRecord, RecordedRun, read_records
 
 CATEGORIES = ("roleplay", "misinterpretation", "repetition", "miscommunication")
 SHARE_CATEGORIES = (*CATEGORIES, "other")
@@ -485,18 +485,14 @@ def _clip(text: str, match: re.Match[str] | None = None, width: int = 140) -> st
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def episode_errors(
-    record: dict[str, Any], messages: Iterable[dict[str, Any]]
-) -> list[ErrorFinding]:
+def episode_errors(record: EpisodeRecord, messages: Iterable[dict[str, Any]]) -> list[ErrorFinding]:
     """Every rule-based finding in one episode, in turn order."""
     steps = steps_of(messages)
     actors, instructors = roles_of(steps)
     found: list[ErrorFinding] = []
     for detector in DETECTORS:
         for turn, role, category, evidence in detector(steps, actors, instructors):
-            found.append(
-                ErrorFinding(record["episode"], record["game"], category, turn, role, evidence)
-            )
+            found.append(ErrorFinding(record.episode, record.game, category, turn, role, evidence))
     found.sort(key=lambda f: (f.turn, PRIORITY.get(f.category, 99)))
     return found
 
@@ -508,34 +504,34 @@ def primary(findings: list[ErrorFinding]) -> str:
     return min(findings, key=lambda f: (f.turn, PRIORITY.get(f.category, 99))).category
 
 
-def model_label(record: dict[str, Any]) -> str:
+def model_label(record: EpisodeRecord) -> str:
     """One model name when every role is played by it, else the pairing."""
-    labels = list((record.get("pairing") or {}).values())
+    labels = list(record.pairing.values())
     if labels and len(set(labels)) == 1:
         return labels[0]
-    return ", ".join(f"{r}={w}" for r, w in (record.get("pairing") or {}).items())
+    return ", ".join(f"{r}={w}" for r, w in record.pairing.items())
 
 
 def run_errors(
-    run_dir: str | Path, records: list[dict[str, Any]] | None = None
+    run_dir: str | Path, records: list[EpisodeRecord] | None = None
 ) -> dict[str, list[ErrorFinding]]:
     """Episode id → rule-based findings, for every finished episode of a run folder."""
     folder = RecordedRun(run_dir)
     out: dict[str, list[ErrorFinding]] = {}
     for record in records if records is not None else read_records(run_dir):
-        if record.get("outcome") in ("error", "cancelled"):
+        if record.outcome in ("error", "cancelled"):
             continue
-        out[record["episode"]] = episode_errors(record, folder.iter_transcript(record["episode"]))
+        out[record.episode] = episode_errors(record, folder.iter_transcript(record.episode))
     return out
 
 
 def shares(
-    records: list[dict[str, Any]], findings: dict[str, list[ErrorFinding]]
+    records: list[EpisodeRecord], findings: dict[str, list[ErrorFinding]]
 ) -> dict[str, dict[str, Any]]:
     """Per model: failed conversations, the share of each primary category, all findings."""
     table: dict[str, dict[str, Any]] = {}
     for record in records:
-        episode = record["episode"]
+        episode = record.episode
         if episode not in findings:
             continue
         row = table.setdefault(
@@ -544,7 +540,7 @@ def shares(
         )
         row["episodes"] += 1
         row["findings"].update(f.category for f in findings[episode])
-        if record.get("outcome") in FAILED:
+        if record.outcome in FAILED:
             row["failed"] += 1
             row["primary"][primary(findings[episode])] += 1
     return table

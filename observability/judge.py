@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.observability.errors import SHARE_CATEGORIES, ErrorFinding, steps_of, text_of
-from parley.records import read_records, transcripts
+from parley.records import EpisodeRecord, read_records, transcripts
 
 PROMPT_VERSION = "errors-judge/1"
 
@@ -48,13 +48,11 @@ Answer with one JSON object and nothing else:
 
 
 def render(
-    record: dict[str, Any], messages: Iterable[dict[str, Any]], max_chars: int = 24_000
+    record: EpisodeRecord, messages: Iterable[dict[str, Any]], max_chars: int = 24_000
 ) -> str:
     """The conversation as the judge reads it: turns, what each player said, actions and their
     feedback, and the state the acting player saw (when the game records it)."""
-    lines = [
-        f"Game: {record.get('game')}; outcome: {record.get('outcome')} ({record.get('reason', '')})"
-    ]
+    lines = [f"Game: {record.game}; outcome: {record.outcome} ({record.reason})"]
     for step in steps_of(messages):
         view = step.request.get("view")
         if step.request.get("legal_actions") and view is not None:
@@ -90,10 +88,10 @@ class Verdict:
     model: str = ""
     error: str | None = None
 
-    def finding(self, record: dict[str, Any]) -> ErrorFinding:
+    def finding(self, record: EpisodeRecord) -> ErrorFinding:
         return ErrorFinding(
-            record["episode"],
-            record["game"],
+            record.episode,
+            record.game,
             self.category,
             self.turn or 0,
             "",
@@ -127,7 +125,7 @@ def parse_verdict(text: str) -> tuple[str, int | None, str]:
 
 
 async def judge_episode(
-    client: Any, params: Any, record: dict[str, Any], messages: list[dict[str, Any]]
+    client: Any, params: Any, record: EpisodeRecord, messages: list[dict[str, Any]]
 ) -> Verdict:
     """Ask the judge about one episode (``client``: a parley.agents.backends ModelClient)."""
     from parley.agents.backends.client import ModelUnavailable
@@ -140,19 +138,19 @@ async def judge_episode(
     try:
         done = await client.complete(prompt, params)
     except ModelUnavailable as exc:
-        return Verdict(record["episode"], "unjudged", None, "", model=client.name, error=str(exc))
+        return Verdict(record.episode, "unjudged", None, "", model=client.name, error=str(exc))
     try:
         category, turn, evidence = parse_verdict(done.reply.text)
     except ValueError as exc:
         return Verdict(
-            record["episode"],
+            record.episode,
             "unparsed",
             None,
             done.reply.text[:200],
             model=client.name,
             error=str(exc),
         )
-    return Verdict(record["episode"], category, turn, evidence, model=client.name)
+    return Verdict(record.episode, category, turn, evidence, model=client.name)
 
 
 async def judge_run(
@@ -160,7 +158,7 @@ async def judge_run(
     model: str,
     specs: dict[str, Any],
     *,
-    records: list[dict[str, Any]] | None = None,
+    records: list[EpisodeRecord] | None = None,
     failed_only: bool = True,
     concurrency: int = 8,
 ) -> list[Verdict]:
@@ -171,7 +169,7 @@ async def judge_run(
     chosen = [
         r
         for r in (records if records is not None else read_records(run))
-        if r["outcome"] in (("lost", "aborted") if failed_only else ("success", "lost", "aborted"))
+        if r.outcome in (("lost", "aborted") if failed_only else ("success", "lost", "aborted"))
     ]
     verdicts: list[Verdict] = []
     limit = asyncio.Semaphore(concurrency)
@@ -179,7 +177,7 @@ async def judge_run(
         client = pool.client(model)
         params = client.spec.params.merged({"temperature": 0.0})
 
-        async def one(record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
+        async def one(record: EpisodeRecord, messages: list[dict[str, Any]]) -> None:
             try:
                 verdicts.append(await judge_episode(client, params, record, messages))
             finally:
@@ -189,7 +187,7 @@ async def judge_run(
             for record, messages in transcripts(run, chosen):
                 await limit.acquire()  # at most ``concurrency`` transcripts held at once
                 tg.create_task(one(record, messages))
-    order = {r["episode"]: i for i, r in enumerate(chosen)}
+    order = {r.episode: i for i, r in enumerate(chosen)}
     verdicts.sort(key=lambda v: order.get(v.episode, 0))
     return verdicts
 

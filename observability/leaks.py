@@ -27,7 +27,7 @@ from typing import Any
 from parley.environments import registry
 from parley.environments.privacy import Finding, LeakDetectors
 from parley.memory.across import record_memory_keys
-from parley.records import RecordedRun, read_records
+from parley.records import EpisodeRecord, RecordedRun, read_records
 from parley.user_files import JsonLinesError, read_json_objects
 
 
@@ -190,14 +190,14 @@ def _text(message: dict[str, Any]) -> str:
 EarlierFacts = dict[str, list[tuple[str, str, str, str]]]
 
 
-def earlier_facts(records: list[dict[str, Any]]) -> dict[str, EarlierFacts]:
+def earlier_facts(records: list[EpisodeRecord]) -> dict[str, EarlierFacts]:
     """Per episode and role with memory across episodes: the private facts that role had in
     the earlier episodes of its key (docs/memory.md), so that repeating one (the solver saying
     last game's PIN) is found as a cross-episode disclosure. A value the role also holds in
     the episode itself is left out (that disclosure is the episode's own)."""
-    chains: dict[str, list[tuple[tuple[int, int, str], str, dict[str, Any]]]] = defaultdict(list)
+    chains: dict[str, list[tuple[tuple[int, int, str], str, EpisodeRecord]]] = defaultdict(list)
     for record in records:
-        position = (record["seed"], record.get("repetition", 0), record["episode"])
+        position = (record.seed, record.repetition, record.episode)
         for role, key in record_memory_keys(record).items():
             chains[key].append((position, role, record))
     out: dict[str, EarlierFacts] = defaultdict(dict)
@@ -205,27 +205,27 @@ def earlier_facts(records: list[dict[str, Any]]) -> dict[str, EarlierFacts]:
         chain.sort(key=lambda item: item[0])
         held: list[tuple[str, str, str, str]] = []
         for _, role, record in chain:
-            own = (record.get("private_facts") or {}).get(role) or {}
+            own = record.private_facts.get(role) or {}
             earlier = [fact for fact in held if own.get(fact[1]) != fact[2]]
             if earlier:
-                out[record["episode"]].setdefault(role, []).extend(earlier)
-            held += [(record["episode"], f, str(v), record["game"]) for f, v in own.items()]
+                out[record.episode].setdefault(role, []).extend(earlier)
+            held += [(record.episode, f, str(v), record.game) for f, v in own.items()]
     return dict(out)
 
 
 def episode_disclosures(
-    record: dict[str, Any],
+    record: EpisodeRecord,
     messages: Iterable[dict[str, Any]],
     earlier: EarlierFacts | None = None,
 ) -> list[Disclosure]:
     """The disclosures in one episode's transcript: utterances from a role with private facts
     to another role; with ``earlier`` (:func:`earlier_facts` of the episode), the facts of
     earlier episodes the role remembers too."""
-    private = record.get("private_facts") or {}
+    private = record.private_facts
     found: list[Disclosure] = []
     if not private and not earlier:
         return found
-    detectors = detectors_of(record["game"])
+    detectors = detectors_of(record.game)
     for m in messages:
         if m.get("kind") != "transcript_event" or m.get("event") != "utterance":
             continue
@@ -244,8 +244,8 @@ def episode_disclosures(
         for finding, source in findings:
             found.append(
                 Disclosure(
-                    episode=record["episode"],
-                    game=record["game"],
+                    episode=record.episode,
+                    game=record.game,
                     turn=int(m.get("turn") or 0),
                     from_role=sender,
                     to_role=recipient,
@@ -261,20 +261,20 @@ def episode_disclosures(
 
 
 def run_disclosures(
-    run_dir: str | Path, records: list[dict[str, Any]] | None = None
+    run_dir: str | Path, records: list[EpisodeRecord] | None = None
 ) -> Iterator[Disclosure]:
     """Every disclosure of a run folder, episode by episode (of earlier episodes' facts too)."""
     folder = RecordedRun(run_dir)
     records = records if records is not None else read_records(run_dir)
     earlier = earlier_facts(records)
     for record in records:
-        if not record.get("private_facts") and record["episode"] not in earlier:
+        if not record.private_facts and record.episode not in earlier:
             continue
         try:
-            messages = list(folder.iter_transcript(record["episode"]))
+            messages = list(folder.iter_transcript(record.episode))
         except FileNotFoundError:
             continue
-        yield from episode_disclosures(record, messages, earlier.get(record["episode"]))
+        yield from episode_disclosures(record, messages, earlier.get(record.episode))
 
 
 def write_disclosures(run_dir: str | Path, disclosures: list[Disclosure]) -> Path:

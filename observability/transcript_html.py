@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from parley.observability.dashboard import episode as shown
-from parley.records import main_score, parse_message, read_records
+from parley.records import EpisodeRecord, parse_message, read_records
 
-ExtraFn = Callable[[dict[str, Any], list[dict[str, Any]], Path], str]
-Extras = Mapping[str, ExtraFn] | Callable[[dict[str, Any]], ExtraFn | None] | None
+ExtraFn = Callable[[EpisodeRecord, list[dict[str, Any]], Path], str]
+Extras = Mapping[str, ExtraFn] | Callable[[EpisodeRecord], ExtraFn | None] | None
 
 GM = shown.GM
 PALETTE = ("#e8f0fe", "#fdf0e3", "#e9f7ec", "#f6e8fb", "#fff8d6", "#e6f6f8")
@@ -54,22 +54,22 @@ figure { display: inline-block; margin: 0 1em 1em 0; vertical-align: top; } figc
 """
 
 
-def load_messages(run_dir: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
+def load_messages(run_dir: Path, record: EpisodeRecord) -> list[dict[str, Any]]:
     """An episode's messages, in order: from ``transcripts.jsonl`` at the record's byte range,
     or from ``transcripts/<episode>.jsonl`` (one file per episode, older runs)."""
-    where = record.get("transcript")
+    where = record.transcript
     single = run_dir / "transcripts.jsonl"
     if where and single.exists():
         with single.open("rb") as handle:
-            handle.seek(int(where["offset"]))
-            lines = handle.read(int(where["length"])).splitlines()
+            handle.seek(where.offset)
+            lines = handle.read(where.length).splitlines()
     else:
-        per_episode = run_dir / "transcripts" / f"{record['episode']}.jsonl"
+        per_episode = run_dir / "transcripts" / f"{record.episode}.jsonl"
         if not per_episode.exists():
             return []
         lines = per_episode.read_bytes().splitlines()
     messages = [m for m in map(parse_message, lines) if m is not None]  # past damaged lines
-    return [m for m in messages if m.get("episode", record["episode"]) == record["episode"]]
+    return [m for m in messages if m.get("episode", record.episode) == record.episode]
 
 
 def _e(text: Any) -> str:
@@ -149,35 +149,35 @@ def _states(states: list[dict[str, Any]], image_src: Callable[[str], str]) -> st
 
 
 def episode_html(
-    record: dict[str, Any],
+    record: EpisodeRecord,
     messages: list[dict[str, Any]],
     *,
     image_src: Callable[[str], str],
     extra: str = "",
 ) -> str:
     """One episode's page."""
-    roles = list(record.get("pairing", {}))
+    roles = list(record.pairing)
     columns = [GM, *roles]
     rows = _rows(messages, roles, image_src, shown.disclosures(record, messages))
     states = _states(shown.states(messages), image_src)
-    outcome = record.get("outcome", "")
-    settings = (record.get("spec") or {}).get("settings", {})
+    outcome = record.outcome
+    settings = record.spec.get("settings") or {}
     meta = [
-        ("episode", record["episode"]),
-        ("game", record.get("game", "")),
-        ("seed", record.get("seed", "")),
-        ("pairing", ", ".join(f"{r}={p}" for r, p in record.get("pairing", {}).items())),
+        ("episode", record.episode),
+        ("game", record.game),
+        ("seed", record.seed),
+        ("pairing", ", ".join(f"{r}={p}" for r, p in record.pairing.items())),
         ("settings", ", ".join(f"{k}={v}" for k, v in settings.items())),
         (
             "outcome",
-            f'<span class="outcome-{_e(outcome)}">{_e(outcome)}</span> {_e(record.get("reason", ""))}',
+            f'<span class="outcome-{_e(outcome)}">{_e(outcome)}</span> {_e(record.reason)}',
         ),
-        ("turns", record.get("turns", "")),
+        ("turns", record.turns),
     ]
     meta_html = "".join(
         f"<tr><th>{_e(k)}</th><td>{v if k == 'outcome' else _e(v)}</td></tr>" for k, v in meta
     )
-    scores = {"main": main_score(record), **(record.get("scores") or {})}
+    scores = {"main": record.main_score, **record.scores}
     score_html = "".join(
         f"<tr><th>{_e(k)}</th><td>{'–' if v is None else _e(round(v, 3) if isinstance(v, float) else v)}</td></tr>"
         for k, v in scores.items()
@@ -188,9 +188,9 @@ def episode_html(
         tds = "".join(f"<td>{cell if c == column else ''}</td>" for c in columns)
         body.append(f'<tr><td class="n">{i}</td>{tds}</tr>')
     return (
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(record['episode'])}</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{_e(record.episode)}</title>"
         f"<style>{CSS}</style></head><body>"
-        f"<p><a href='index.html'>← all episodes</a></p><h1>{_e(record['episode'])}</h1>"
+        f"<p><a href='index.html'>← all episodes</a></p><h1>{_e(record.episode)}</h1>"
         f"<table class='meta'>{meta_html}</table>"
         f"<h2>Scores</h2><table class='meta'>{score_html}</table>"
         + (f"<h2>Game view</h2>{extra}" if extra else "")
@@ -200,11 +200,11 @@ def episode_html(
     )
 
 
-def _extra_for(extras: Extras, record: dict[str, Any]) -> ExtraFn | None:
+def _extra_for(extras: Extras, record: EpisodeRecord) -> ExtraFn | None:
     if extras is None:
         return None
     if isinstance(extras, Mapping):
-        return extras.get(record.get("game", ""))
+        return extras.get(record.game)
     return extras(record)
 
 
@@ -214,7 +214,7 @@ def page_name(episode: str) -> str:
 
 def write_html(
     run_dir: str | Path,
-    records: list[dict[str, Any]] | None = None,
+    records: list[EpisodeRecord] | None = None,
     *,
     extras: Extras = None,
     out: str = "html",
@@ -232,7 +232,7 @@ def write_html(
         return f"../images/{sha}.png"
 
     index_rows = []
-    for record in sorted(records, key=lambda r: (r.get("game", ""), r["episode"])):
+    for record in sorted(records, key=lambda r: (r.game, r.episode)):
         messages = load_messages(run, record)
         extra = ""
         fn = _extra_for(extras, record)
@@ -241,17 +241,17 @@ def write_html(
                 extra = fn(record, messages, html_dir)
             except Exception as exc:  # an extra is decoration; the transcript matters more
                 extra = f"<p class='violation'>could not draw the game view: {_e(type(exc).__name__)}: {_e(exc)}</p>"
-        name = page_name(record["episode"])
+        name = page_name(record.episode)
         (html_dir / name).write_text(
             episode_html(record, messages, image_src=image_src, extra=extra), encoding="utf-8"
         )
-        settings = (record.get("spec") or {}).get("settings", {})
-        main = main_score(record)
+        settings = record.spec.get("settings") or {}
+        main = record.main_score
         index_rows.append(
-            f"<tr><td><a href='{name}'>{_e(record['episode'])}</a></td><td>{_e(record.get('game', ''))}</td>"
+            f"<tr><td><a href='{name}'>{_e(record.episode)}</a></td><td>{_e(record.game)}</td>"
             f"<td>{_e(', '.join(f'{k}={v}' for k, v in settings.items()))}</td>"
-            f"<td>{_e(', '.join(f'{r}={p}' for r, p in record.get('pairing', {}).items()))}</td>"
-            f"<td class='outcome-{_e(record.get('outcome', ''))}'>{_e(record.get('outcome', ''))}</td>"
+            f"<td>{_e(', '.join(f'{r}={p}' for r, p in record.pairing.items()))}</td>"
+            f"<td class='outcome-{_e(record.outcome)}'>{_e(record.outcome)}</td>"
             f"<td>{'–' if main is None else f'{main:.1f}'}</td></tr>"
         )
     index = html_dir / "index.html"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from parley.records import EpisodeRecord
+from parley.records import EpisodeRecord, record_of
 
 # The fields every record has, at values no test relies on.
 REQUIRED: dict[str, Any] = {
@@ -19,6 +19,7 @@ REQUIRED: dict[str, Any] = {
 
 
 def record(data: dict[str, Any] | None = None, /, **fields: Any) -> EpisodeRecord:
-    """An :class:`EpisodeRecord` of ``data`` and ``fields``, validated as a line of
-    ``episodes.jsonl`` is; required fields a test leaves out take :data:`REQUIRED`."""
-    return EpisodeRecord.model_validate({**REQUIRED, **(data or {}), **fields})
+    """An :class:`EpisodeRecord` of ``data`` and ``fields``, validated (and upgraded, for a
+    test of an older shape) as a line of ``episodes.jsonl`` is; required fields a test leaves
+    out take :data:`REQUIRED`."""
+    return record_of({**REQUIRED, **(data or {}), **fields})

@@ -23,6 +23,7 @@ from parley.environments import registry
 from parley.environments.privacy import Finding, LeakDetectors
 from parley.observability.leaks import detectors_of, episode_disclosures
 from parley.runtime.checkgame import check_game
+from tests.records import record as episode_record
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("runtime", "observability")
@@ -191,7 +192,8 @@ def test_a_games_own_leak_detectors_find_its_facts() -> None:
         replace(registry.get("test.counter"), name="test.tally", leak_detectors=TALLY)
     )
     assert detectors_of(tally.name) is TALLY
-    record = {"episode": "e1", "game": "test.tally", "private_facts": {"a": {"count": "3"}}}
+    data = {"episode": "e1", "game": "test.tally", "private_facts": {"a": {"count": "3"}}}
+    record = episode_record(data)
     said = [
         {"kind": "transcript_event", "event": "utterance", "from_role": "a", "to_role": "b",
          "turn": 1, "content": [{"type": "text", "text": text}]}
@@ -202,5 +204,5 @@ def test_a_games_own_leak_detectors_find_its_facts() -> None:
         ("count", "|||", "I have |||."),
         ("count", "|||", "I have three."),
     ]
-    plain = episode_disclosures({**record, "game": "test.counter"}, said)
+    plain = episode_disclosures(episode_record({**data, "game": "test.counter"}), said)
     assert [d.message for d in plain] == ["I have three.", "I have 3."]

@@ -11,7 +11,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from parley.records import EpisodeRecord
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _main(record: dict[str, Any]) -> Any:
+def _main(record: EpisodeRecord | dict[str, Any]) -> Any:
     """A record's main score: ``main_score`` (record schema 2), or ``scores["main"]`` in
     records written before it (docs/runtime.md, Outcomes)."""
     if "schema" in record:
@@ -35,12 +38,12 @@ def _main(record: dict[str, Any]) -> Any:
     return (record.get("scores") or {}).get("main")
 
 
-def is_played(record: dict[str, Any]) -> bool:
+def is_played(record: EpisodeRecord | dict[str, Any]) -> bool:
     """An episode counts as played unless it was aborted (or never finished)."""
     return record.get("outcome") in ("success", "lost")
 
 
-def game_stats(records: Iterable[dict[str, Any]]) -> GameStats:
+def game_stats(records: Iterable[EpisodeRecord | dict[str, Any]]) -> GameStats:
     """% played and quality of one game's episodes; episodes that ended in a runtime ``error``
     or were ``cancelled`` say nothing about the players and are left out."""
     records = [r for r in records if r.get("outcome") in ("success", "lost", "aborted")]

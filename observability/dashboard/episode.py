@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from parley.observability.leaks import episode_disclosures
+from parley.records import EpisodeRecord
 
 GM = "gm"
 MAX_DATA_CHARS = 2000
@@ -173,7 +174,7 @@ def states(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def disclosures(record: dict[str, Any], messages: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
+def disclosures(record: EpisodeRecord, messages: Iterable[dict[str, Any]]) -> dict[str, list[str]]:
     """Message id → the private facts it disclosed (for highlighting), from the leak detector."""
     found: dict[str, list[str]] = {}
     for d in episode_disclosures(record, messages):

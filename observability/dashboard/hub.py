@@ -46,7 +46,7 @@ from parley.bus.signing import read_public_key, verify
 from parley.observability.dashboard import episode as shown
 from parley.observability.dashboard.index import RUNNING, EpisodeIndex
 from parley.observability.leaks import episode_disclosures
-from parley.records import EpisodeRecord, main_score, parse_message, parse_record
+from parley.records import EpisodeRecord, parse_message, parse_record
 
 # A run whose processes published their status (every second) and then sent none for this long
 # is shown as silent, not live: killed outright (kill -9, a machine gone) it cannot say so.
@@ -561,25 +561,25 @@ class Hub:
             self.version += 1
         return count
 
-    def _recorded(self, state: RunState, record: dict[str, Any], offset: int) -> None:
-        episode = str(record.get("episode", ""))
+    def _recorded(self, state: RunState, record: EpisodeRecord, offset: int) -> None:
+        episode = record.episode
         if not episode:
             return
-        pairing = pairing_label(record.get("pairing") or {})
-        score = main_score(record)
+        pairing = pairing_label(record.pairing)
+        score = record.main_score
         row = state.index.upsert(
             episode,
-            game=str(record.get("game", "")),
+            game=record.game,
             pairing=pairing,
-            outcome=str(record.get("outcome", "")),
+            outcome=record.outcome,
             main_score=score,
-            turns=int(record.get("turns") or 0),
-            started_at=float(record.get("started_at") or 0.0),
-            duration_s=record.get("duration_s"),
+            turns=record.turns,
+            started_at=record.started_at or 0.0,
+            duration_s=record.duration_s,
             offset=offset,
         )
         state.score(episode, row.game, pairing, row.outcome, score)
-        if record.get("private_facts") and record.get("transcript") and state.folder is not None:
+        if record.private_facts and record.transcript and state.folder is not None:
             found = episode_disclosures(record, self._transcript(state.folder, record))
             row.leaks = len(found)
             state.leaks += len(found)
@@ -597,21 +597,21 @@ class Hub:
                 )
 
     @staticmethod
-    def _transcript(folder: Path, record: dict[str, Any]) -> list[dict[str, Any]]:
+    def _transcript(folder: Path, record: EpisodeRecord) -> list[dict[str, Any]]:
         """An episode's messages, read by the byte range its record gives."""
-        where = record.get("transcript")
+        where = record.transcript
         if not where:
             return []
         try:
             with (folder / "transcripts.jsonl").open("rb") as f:
-                f.seek(int(where["offset"]))
-                lines = f.read(int(where["length"])).splitlines()
+                f.seek(where.offset)
+                lines = f.read(where.length).splitlines()
         except OSError:  # gone, or not a file: the episode shows without its messages
             return []
         messages = []
         for line in lines:
             message = parse_message(line)
-            if message is not None and message.get("episode") == record["episode"]:
+            if message is not None and message.get("episode") == record.episode:
                 messages.append(message)
         return messages
 
@@ -791,10 +791,11 @@ class Hub:
         }
 
     def _recorded_view(self, state: RunState, episode: str) -> dict[str, Any]:
-        record = self.record(state.run, episode) or {}
+        record = self.record(state.run, episode)
         assert state.folder is not None
-        messages = self._transcript(state.folder, record)
-        items = shown.mark(shown.items(messages), shown.disclosures(record, messages))
+        messages = self._transcript(state.folder, record) if record else []
+        found = shown.disclosures(record, messages) if record else {}
+        items = shown.mark(shown.items(messages), found)
         live = state.live_episodes.get(episode)
         states = shown.states(messages)
         if not any(m.get("kind") == "state_update" for m in messages) and live and live.states:
@@ -809,17 +810,17 @@ class Hub:
         return {
             "run": state.run,
             "episode": episode,
-            "game": record.get("game", ""),
-            "roles": list(record.get("pairing") or {}),
+            "game": record.game if record else "",
+            "roles": list(record.pairing) if record else [],
             "live": False,
             "items": items,
             "states": states,
-            "outcome": record.get("outcome", ""),
-            "reason": record.get("reason", ""),
-            "scores": record.get("scores") or {},
-            "main_score": main_score(record),
-            "pairing": pairing_label(record.get("pairing") or {}),
-            "seed": record.get("seed"),
+            "outcome": record.outcome if record else "",
+            "reason": record.reason if record else "",
+            "scores": record.scores if record else {},
+            "main_score": record.main_score if record else None,
+            "pairing": pairing_label(record.pairing) if record else "",
+            "seed": record.seed if record else None,
         }
 
     def tick(self) -> None:

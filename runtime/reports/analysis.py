@@ -18,7 +18,7 @@ from typing import Any
 from parley.observability import errors as error_analysis
 from parley.observability import leaks
 from parley.observability.metrics import turn_timings
-from parley.records import read_records, transcripts
+from parley.records import EpisodeRecord, read_records, transcripts
 from parley.runtime.report import fmt, markdown_table, pairing_label
 from parley.runtime.reports.intervals import INTERVALS_NOTE, cell, paired_interval, rate_cell
 
@@ -43,10 +43,10 @@ class Timing:
     def __init__(self) -> None:
         self.rows: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def add(self, record: dict[str, Any], messages: list[dict[str, Any]]) -> None:
-        pairing = record.get("pairing") or {}
-        tokens = record.get("tokens") or {}
-        sources = record.get("token_source") or {}
+    def add(self, record: EpisodeRecord, messages: list[dict[str, Any]]) -> None:
+        pairing = record.pairing
+        tokens = record.tokens
+        sources = record.token_source
         seen: set[tuple[str, str]] = set()
         for t in turn_timings(messages):
             role = t["role"]
@@ -69,8 +69,11 @@ class Timing:
             if key not in seen:  # the record's tokens are per role and episode: add them once
                 seen.add(key)
                 # The input read from a server's prompt cache is apart from the rest.
-                for kind in ("input", "cache_read", "output"):
-                    row[kind] += int((tokens.get(role) or {}).get(kind, 0))
+                counts = tokens.get(role)
+                if counts is not None:
+                    row["input"] += counts.input
+                    row["cache_read"] += counts.cache_read
+                    row["output"] += counts.output
                 if role in sources:
                     row["sources"].add(sources[role])
 
@@ -158,7 +161,7 @@ def _leak_plot(rows: list[tuple[str, float, float]], path: Path) -> None:
 
 
 def leak_section(
-    private: list[dict[str, Any]], disclosures: list[leaks.Disclosure], run_dir: Path
+    private: list[EpisodeRecord], disclosures: list[leaks.Disclosure], run_dir: Path
 ) -> str:
     """Disclosure rate beside success rate, per game and pairing and per disclosing player."""
     if not private:
@@ -167,9 +170,9 @@ def leak_section(
     by_episode: dict[str, list[leaks.Disclosure]] = defaultdict(list)
     for d in disclosures:
         by_episode[d.episode].append(d)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
     for r in private:
-        groups[(r["game"], pairing_label(r))].append(r)
+        groups[(r.game, pairing_label(r))].append(r)
     header = [
         "game",
         "pairing",
@@ -182,18 +185,18 @@ def leak_section(
     body = []
     for (game, pairing), group in sorted(groups.items()):
         n = len(group)
-        leaked = [r for r in group if by_episode.get(r["episode"])]
+        leaked = [r for r in group if by_episode.get(r.episode)]
         facts: dict[str, int] = defaultdict(int)
         for r in leaked:
-            for fact in {d.fact for d in by_episode[r["episode"]]}:
+            for fact in {d.fact for d in by_episode[r.episode]}:
                 facts[fact] += 1
-        first = [min(d.turn for d in by_episode[r["episode"]]) for r in leaked]
+        first = [min(d.turn for d in by_episode[r.episode]) for r in leaked]
         body.append(
             [
                 game,
                 pairing,
                 str(n),
-                rate_cell(sum(r["outcome"] == "success" for r in group), n),
+                rate_cell(sum(r.outcome == "success" for r in group), n),
                 rate_cell(len(leaked), n),
                 fmt(statistics.mean(first)) if first else "–",
                 ", ".join(
@@ -204,16 +207,16 @@ def leak_section(
             ]
         )
     # Per player of the role that holds the facts (fig. 4 right: one bar pair per model).
-    per_player: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    per_player: dict[str, list[EpisodeRecord]] = defaultdict(list)
     for r in private:
-        for role in r["private_facts"]:
-            per_player[(r.get("pairing") or {}).get(role, role)].append(r)
+        for role in r.private_facts:
+            per_player[r.pairing.get(role, role)].append(r)
     plot_rows = []
     player_body = []
     for player, group in sorted(per_player.items()):
         n = len(group)
-        won = sum(r["outcome"] == "success" for r in group)
-        told = sum(1 for r in group if by_episode.get(r["episode"]))
+        won = sum(r.outcome == "success" for r in group)
+        told = sum(1 for r in group if by_episode.get(r.episode))
         plot_rows.append((player, 100.0 * won / n, 100.0 * told / n))
         player_body.append([player, str(n), rate_cell(won, n), rate_cell(told, n)])
     parts = [
@@ -260,7 +263,7 @@ def _error_plot(table: dict[str, dict[str, Any]], path: Path) -> None:
 
 
 def error_section(
-    relevant: list[dict[str, Any]],
+    relevant: list[EpisodeRecord],
     findings: dict[str, list[error_analysis.ErrorFinding]],
     run_dir: Path,
 ) -> str:
@@ -310,29 +313,27 @@ def error_section(
     return "\n".join(parts)
 
 
-def report(records: list[dict[str, Any]], run_dir: Path) -> str:
+def report(records: list[EpisodeRecord], run_dir: Path) -> str:
     """The three sections, each only when the run has something for it (one pass over the
     transcripts, holding one episode at a time)."""
     timing = Timing()
-    private: list[dict[str, Any]] = []
+    private: list[EpisodeRecord] = []
     disclosures: list[leaks.Disclosure] = []
-    relevant: list[dict[str, Any]] = []
+    relevant: list[EpisodeRecord] = []
     findings: dict[str, list[error_analysis.ErrorFinding]] = {}
     earlier = leaks.earlier_facts(records)  # memory across episodes (docs/memory.md)
     for record, messages in transcripts(run_dir, records):
         timing.add(record, messages)
-        if record["outcome"] in ("error", "cancelled"):
+        if record.outcome in ("error", "cancelled"):
             continue
-        if record.get("private_facts"):
+        if record.private_facts:
             private.append(record)
-            disclosures += leaks.episode_disclosures(
-                record, messages, earlier.get(record["episode"])
-            )
+            disclosures += leaks.episode_disclosures(record, messages, earlier.get(record.episode))
         steps = error_analysis.steps_of(messages)
         actors, instructors = error_analysis.roles_of(steps)
         if actors and instructors:  # the detectors need an acting and an instructing role
             relevant.append(record)
-            findings[record["episode"]] = error_analysis.episode_errors(record, messages)
+            findings[record.episode] = error_analysis.episode_errors(record, messages)
     parts = [
         timing.render(),
         leak_section(private, disclosures, run_dir),
@@ -352,15 +353,13 @@ def _clip(text: str, width: int = 110) -> str:
 def leaks_text(run_dir: Path, limit: int = 20) -> str:
     """The leak tables of a run and its first ``limit`` disclosures (all go to leaks.jsonl)."""
     records = read_records(run_dir)
-    private: list[dict[str, Any]] = []
+    private: list[EpisodeRecord] = []
     disclosures: list[leaks.Disclosure] = []
     earlier = leaks.earlier_facts(records)  # memory across episodes (docs/memory.md)
     for record, messages in transcripts(run_dir, records):
-        if record.get("private_facts") and record["outcome"] not in ("error", "cancelled"):
+        if record.private_facts and record.outcome not in ("error", "cancelled"):
             private.append(record)
-            disclosures += leaks.episode_disclosures(
-                record, messages, earlier.get(record["episode"])
-            )
+            disclosures += leaks.episode_disclosures(record, messages, earlier.get(record.episode))
     if not private:
         return "No episode of this run has private facts."
     parts = [leak_section(private, disclosures, run_dir)]
@@ -396,16 +395,16 @@ def leaks_text(run_dir: Path, limit: int = 20) -> str:
 def errors_text(run_dir: Path, limit: int = 20) -> str:
     """The error-category table of a run and its first ``limit`` findings (all in errors.jsonl)."""
     records = read_records(run_dir)
-    relevant: list[dict[str, Any]] = []
+    relevant: list[EpisodeRecord] = []
     findings: dict[str, list[error_analysis.ErrorFinding]] = {}
     for record, messages in transcripts(run_dir, records):
-        if record["outcome"] in ("error", "cancelled"):
+        if record.outcome in ("error", "cancelled"):
             continue
         steps = error_analysis.steps_of(messages)
         actors, instructors = error_analysis.roles_of(steps)
         if actors and instructors:
             relevant.append(record)
-            findings[record["episode"]] = error_analysis.episode_errors(record, messages)
+            findings[record.episode] = error_analysis.episode_errors(record, messages)
     if not relevant:
         return "No episode of this run has an acting and an instructing role to analyse."
     parts = [error_section(relevant, findings, run_dir)]
@@ -425,7 +424,7 @@ def errors_text(run_dir: Path, limit: int = 20) -> str:
 
 def judge_text(run_dir: Path, verdicts: list[Any]) -> str:
     """Judge verdicts per model, and how often they agree with the rules' primary category."""
-    by_episode = {r["episode"]: r for r in read_records(run_dir)}
+    by_episode = {r.episode: r for r in read_records(run_dir)}
     rules: dict[str, Any] = {}
     for path in [run_dir / "errors.jsonl"]:
         if path.exists():

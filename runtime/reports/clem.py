@@ -21,7 +21,7 @@ from parley.environments.clem.scoring import (
     is_played,
 )
 from parley.observability.transcript_html import write_html
-from parley.records import main_score
+from parley.records import EpisodeRecord
 from parley.runtime.report import fmt, markdown_table, mean
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
@@ -50,26 +50,26 @@ TITLES = {
 }
 
 
-def player_label(record: dict[str, Any]) -> str:
+def player_label(record: EpisodeRecord) -> str:
     """The model (or built-in player) of a row: one name when every role has the same player."""
-    labels = list(record["pairing"].values())
+    labels = list(record.pairing.values())
     if len(set(labels)) == 1:
         return labels[0]
-    return ", ".join(f"{role}={who}" for role, who in record["pairing"].items())
+    return ", ".join(f"{role}={who}" for role, who in record.pairing.items())
 
 
-def settings_of(record: dict[str, Any]) -> dict[str, Any]:
-    return dict((record.get("spec") or {}).get("settings", {}))
+def settings_of(record: EpisodeRecord) -> dict[str, Any]:
+    return dict(record.spec.get("settings", {}))
 
 
-def variant_of(record: dict[str, Any]) -> str:
+def variant_of(record: EpisodeRecord) -> str:
     return str(settings_of(record).get("variant", "image"))
 
 
-def experiment_of(record: dict[str, Any]) -> str:
+def experiment_of(record: EpisodeRecord) -> str:
     """The paper's experiment name of an episode, from its settings."""
     s = settings_of(record)
-    game = record["game"]
+    game = record.game
     if game == "clem.reference":
         return str(s.get("set", ""))
     if game == "clem.matchit":
@@ -91,11 +91,11 @@ def _pct(value: float | None) -> str:
 Item = tuple[bool, float | None]
 
 
-def _items(records: list[dict[str, Any]]) -> list[Item]:
+def _items(records: list[EpisodeRecord]) -> list[Item]:
     out: list[Item] = []
     for r in records:
-        if r.get("outcome") in ("success", "lost", "aborted"):
-            main = main_score(r)
+        if r.outcome in ("success", "lost", "aborted"):
+            main = r.main_score
             out.append((is_played(r), None if main is None else float(main)))
     return out
 
@@ -111,18 +111,18 @@ def _stats(items: list[Item]) -> GameStats:
     )
 
 
-def _played_cell(records: list[dict[str, Any]]) -> str:
+def _played_cell(records: list[EpisodeRecord]) -> str:
     """% played with its Wilson interval."""
     items = _items(records)
     return cell(wilson(sum(p for p, _ in items), len(items)), 2, 100.0)
 
 
-def _quality_cell(records: list[dict[str, Any]]) -> str:
+def _quality_cell(records: list[EpisodeRecord]) -> str:
     """Quality (mean main score of the played episodes) with its bootstrap interval."""
     return mean_cell([m for p, m in _items(records) if p], 2)
 
 
-def _macro_cells(by_game: dict[str, list[dict[str, Any]]]) -> list[str]:
+def _macro_cells(by_game: dict[str, list[EpisodeRecord]]) -> list[str]:
     """clemscore, avg %p and avg ql of a row, each with a bootstrap interval that resamples
     the episodes within each game (the games themselves are fixed)."""
     groups = [_items(rs) for _, rs in sorted(by_game.items())]
@@ -146,7 +146,7 @@ def _played_over_games(groups: list[list[Item]], bootstrap: Interval | None) -> 
     return cell(shares, 2, 100.0)
 
 
-def _map_cells(by_game: dict[str, list[dict[str, Any]]]) -> list[str]:
+def _map_cells(by_game: dict[str, list[EpisodeRecord]]) -> list[str]:
     """Map Game: the mean %p and quality of EE, G2X and EE-gr (as the paper's column)."""
     groups = [_items(by_game[g]) for g in MAP_GAMES if g in by_game]
     if not groups:
@@ -160,12 +160,12 @@ def _map_cells(by_game: dict[str, list[dict[str, Any]]]) -> list[str]:
     return [_played_over_games(groups, played), cell(quality, 2)]
 
 
-def table1(records: list[dict[str, Any]]) -> str:
-    rows: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = defaultdict(
+def table1(records: list[EpisodeRecord]) -> str:
+    rows: dict[tuple[str, str], dict[str, list[EpisodeRecord]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for r in records:
-        rows[(player_label(r), variant_of(r))][r["game"]].append(r)
+        rows[(player_label(r), variant_of(r))][r.game].append(r)
     header = ["model / pairing", "variant", "clemscore", "avg %p", "avg ql"]
     for title in ("MatchIt", "Reference", "Map Game", "EE", "G2X", "EE-gr"):
         header += [f"{title} %p", f"{title} ql"]
@@ -179,7 +179,7 @@ def table1(records: list[dict[str, Any]]) -> str:
         by_game = rows[(label, variant)]
         row = [label, variant, *_macro_cells(by_game)]
 
-        def game_cells(game: str, by_game: dict[str, list[dict[str, Any]]] = by_game) -> list[str]:
+        def game_cells(game: str, by_game: dict[str, list[EpisodeRecord]] = by_game) -> list[str]:
             rs = by_game.get(game)
             return ["–", "–"] if rs is None else [_played_cell(rs), _quality_cell(rs)]
 
@@ -190,10 +190,10 @@ def table1(records: list[dict[str, Any]]) -> str:
     return markdown_table(header, out)
 
 
-def experiments_table(records: list[dict[str, Any]]) -> str:
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
+def experiments_table(records: list[EpisodeRecord]) -> str:
+    groups: dict[tuple[str, str, str, str], list[EpisodeRecord]] = defaultdict(list)
     for r in records:
-        groups[(r["game"], experiment_of(r), variant_of(r), player_label(r))].append(r)
+        groups[(r.game, experiment_of(r), variant_of(r), player_label(r))].append(r)
     header = [
         "game",
         "experiment",
@@ -212,7 +212,7 @@ def experiments_table(records: list[dict[str, Any]]) -> str:
         groups.items(), key=lambda kv: (order.get(kv[0][0], 9), *kv[0][1:])
     ):
         s = game_stats(rs)
-        success = wilson(sum(r["outcome"] == "success" for r in rs), s.episodes)
+        success = wilson(sum(r.outcome == "success" for r in rs), s.episodes)
         errors = len(rs) - s.episodes
         sources = sorted({str(settings_source(r)) for r in rs})
         rows.append(
@@ -232,10 +232,10 @@ def experiments_table(records: list[dict[str, Any]]) -> str:
     return markdown_table(header, rows)
 
 
-def settings_source(record: dict[str, Any]) -> str:
+def settings_source(record: EpisodeRecord) -> str:
     """Where an episode's pictures came from (photo sets: the user's dataset or the stand-ins)."""
     s = settings_of(record)
-    if record["game"] == "clem.reference" and s.get("set") in (
+    if record.game == "clem.reference" and s.get("set") in (
         "ade",
         "docci",
         "clevr",
@@ -244,16 +244,16 @@ def settings_source(record: dict[str, Any]) -> str:
         "clevr_static",
     ):
         return "disk" if s.get("dataset_dir") else "synthetic"
-    if record["game"] == "clem.matchit" and s.get("set") == "photos":
+    if record.game == "clem.matchit" and s.get("set") == "photos":
         return "disk" if s.get("pairs_file") else "synthetic"
     return "generated"
 
 
-def mapworld_table(records: list[dict[str, Any]]) -> str:
-    groups: dict[tuple[str, str, str, str], list[dict[str, Any]]] = defaultdict(list)
+def mapworld_table(records: list[EpisodeRecord]) -> str:
+    groups: dict[tuple[str, str, str, str], list[EpisodeRecord]] = defaultdict(list)
     for r in records:
-        if r["game"] in MAP_GAMES:
-            groups[(r["game"], experiment_of(r), variant_of(r), player_label(r))].append(r)
+        if r.game in MAP_GAMES:
+            groups[(r.game, experiment_of(r), variant_of(r), player_label(r))].append(r)
     header = [
         "game",
         "experiment",
@@ -270,17 +270,17 @@ def mapworld_table(records: list[dict[str, Any]]) -> str:
     ]
     rows = []
     for (game, exp, variant, label), group in sorted(groups.items()):
-        rs = [r for r in group if r["outcome"] in ("success", "lost", "aborted")]
+        rs = [r for r in group if r.outcome in ("success", "lost", "aborted")]
         if not rs:
             continue
-        played = [r for r in rs if r["outcome"] in ("success", "lost")]
+        played = [r for r in rs if r.outcome in ("success", "lost")]
 
-        def m(key: str, group: list[dict[str, Any]] = played) -> str:
+        def m(key: str, group: list[EpisodeRecord] = played) -> str:
             if key == "main":
-                return mean_cell([main_score(r) for r in group], 2)
-            return mean_cell([(r.get("scores") or {}).get(key) for r in group], 2)
+                return mean_cell([r.main_score for r in group], 2)
+            return mean_cell([r.scores.get(key) for r in group], 2)
 
-        bounded = sum(1 for r in played if (r.get("scores") or {}).get("ged_bounded"))
+        bounded = sum(1 for r in played if r.scores.get("ged_bounded"))
         rows.append(
             [
                 TITLES[game],
@@ -288,13 +288,13 @@ def mapworld_table(records: list[dict[str, Any]]) -> str:
                 variant,
                 label,
                 cell(wilson(len(played), len(rs)), 2, 100.0),
-                cell(wilson(sum(r["outcome"] == "success" for r in rs), len(rs)), 2, 100.0),
+                cell(wilson(sum(r.outcome == "success" for r in rs), len(rs)), 2, 100.0),
                 m("main"),
                 m("efficiency"),
                 m("exploration") if game != "clem.mapworld_g2x" else "–",
                 m("graph_similarity") if game == "clem.mapworld_eegr" else "–",
                 str(bounded) if game == "clem.mapworld_eegr" else "–",
-                _pct(mean([(r.get("scores") or {}).get("moves") for r in played])),
+                _pct(mean([r.scores.get("moves") for r in played])),
             ]
         )
     return markdown_table(header, rows)
@@ -303,7 +303,7 @@ def mapworld_table(records: list[dict[str, Any]]) -> str:
 # --- HTML extras ---------------------------------------------------------------------------------
 
 
-def mapworld_extra(record: dict[str, Any], messages: list[dict[str, Any]], html_dir: Path) -> str:
+def mapworld_extra(record: EpisodeRecord, messages: list[dict[str, Any]], html_dir: Path) -> str:
     """The map with the walked path (fig. 7 style), drawn from the game master's notes."""
     from parley.environments.clem.mapworld import render_path
 
@@ -334,7 +334,7 @@ def mapworld_extra(record: dict[str, Any], messages: list[dict[str, Any]], html_
     )
 
 
-def report(records: list[dict[str, Any]], run_dir: Path) -> str:
+def report(records: list[EpisodeRecord], run_dir: Path) -> str:
     parts = [
         "## clem (seed 000): clemscore, % played, quality",
         "",
@@ -351,9 +351,9 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
         experiments_table(records),
         "",
     ]
-    if any(r["game"] in MAP_GAMES for r in records):
+    if any(r.game in MAP_GAMES for r in records):
         parts += ["### MapWorld", "", mapworld_table(records), ""]
-    failed = sum(r["outcome"] not in ("success", "lost", "aborted") for r in records)
+    failed = sum(r.outcome not in ("success", "lost", "aborted") for r in records)
     if failed:
         parts += [
             f"{failed} episodes ended in a runtime error or were cancelled; they are left out of "

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from parley.records import parse_message
+from parley.records import EpisodeRecord, TokenCounts, parse_message
 from parley.runtime.report import markdown_table
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
@@ -72,15 +72,15 @@ def _efficiency(psr: Any, tokens: Any, axis: int = -1) -> Any:
     return 2 * p * c / (p + c)  # c > 0, so p + c > 0
 
 
-def puzzle_of(record: dict[str, Any]) -> str:
-    return str(record["game"]).split(".", 1)[1]
+def puzzle_of(record: EpisodeRecord) -> str:
+    return record.game.split(".", 1)[1]
 
 
-def group_label(record: dict[str, Any]) -> str:
+def group_label(record: EpisodeRecord) -> str:
     """The pairing, plus memory policies and loop settings that differ from the defaults (so
     ablations get their own rows)."""
-    label = ", ".join(f"{role}={who}" for role, who in record["pairing"].items())
-    spec = record.get("spec") or {}
+    label = ", ".join(f"{role}={who}" for role, who in record.pairing.items())
+    spec = record.spec
     extras = []
     for role, memory in (spec.get("memory") or {}).items():
         if memory.get("policy", "full") != "full":
@@ -97,21 +97,21 @@ def group_label(record: dict[str, Any]) -> str:
     return f"{label} [{'; '.join(extras)}]" if extras else label
 
 
-def episode_metrics(record: dict[str, Any]) -> dict[str, Any] | None:
+def episode_metrics(record: EpisodeRecord) -> dict[str, Any] | None:
     """COMMA's per-episode metrics, or None for an episode that was not played to an end."""
-    if record.get("outcome") not in PLAYED:
+    if record.outcome not in PLAYED:
         return None
-    scores = record.get("scores") or {}
-    success = 1.0 if record["outcome"] == "success" else 0.0
+    scores = record.scores
+    success = 1.0 if record.outcome == "success" else 0.0
     psr = 1.0 if success else float(scores.get("psr") or 0.0)
-    tokens = record.get("tokens") or {}
-    solver = int((tokens.get("solver") or {}).get("output", 0))
-    expert = int((tokens.get("expert") or {}).get("output", 0))
-    sources = sorted(set((record.get("token_source") or {}).values())) or ["none"]
+    none = TokenCounts()
+    solver = record.tokens.get("solver", none).output
+    expert = record.tokens.get("expert", none).output
+    sources = sorted(set(record.token_source.values())) or ["none"]
     return {
-        "episode": record["episode"],
+        "episode": record.episode,
         "puzzle": puzzle_of(record),
-        "seed": record["seed"],
+        "seed": record.seed,
         "group": group_label(record),
         "success": success,
         "psr": psr,
@@ -124,8 +124,7 @@ def episode_metrics(record: dict[str, Any]) -> dict[str, Any] | None:
         "token_source": "+".join(sources),
         "efficiency": efficiency(psr, solver + expert),
         # COMMA's rules score an episode cut at the turn limit as PSR 0 (docs/comma.md).
-        "cut_scores_zero": ((record.get("spec") or {}).get("settings") or {}).get("rules", "comma")
-        == "comma",
+        "cut_scores_zero": (record.spec.get("settings") or {}).get("rules", "comma") == "comma",
     }
 
 
@@ -389,9 +388,9 @@ def transcripts(run_dir: Path, episodes: set[str]) -> dict[str, list[dict[str, A
     return out
 
 
-def _traces(records: list[dict[str, Any]], run_dir: Path) -> dict[str, tuple[list[float], bool]]:
+def _traces(records: list[EpisodeRecord], run_dir: Path) -> dict[str, tuple[list[float], bool]]:
     traces: dict[str, _Trace] = {}
-    for message in iter_messages(run_dir, {r["episode"] for r in records}):
+    for message in iter_messages(run_dir, {r.episode for r in records}):
         traces.setdefault(message["episode"], _Trace()).add(message)
     return {e: (t.progress, t.won) for e, t in traces.items()}
 
@@ -405,7 +404,7 @@ def write_episode_csv(rows: list[dict[str, Any]], path: Path) -> None:
         writer.writerows(rows)
 
 
-def report(records: list[dict[str, Any]], run_dir: Path) -> str:
+def report(records: list[EpisodeRecord], run_dir: Path) -> str:
     """COMMA's section of a run report; writes ``comma_episodes.csv``, ``comma_psr.png`` and
     ``comma_turn_limit.png`` into ``run_dir``."""
     rows = [m for r in records if (m := episode_metrics(r)) is not None]
@@ -452,10 +451,8 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
     ]
     write_episode_csv(rows, run_dir / "comma_episodes.csv")
     _plot_psr(rows, run_dir / "comma_psr.png")
-    traces = _traces([r for r in records if r.get("outcome") in PLAYED], run_dir)
-    limit = max(
-        int(((r.get("spec") or {}).get("settings") or {}).get("max_turns", 10)) for r in records
-    )
+    traces = _traces([r for r in records if r.outcome in PLAYED], run_dir)
+    limit = max(int((r.spec.get("settings") or {}).get("max_turns", 10)) for r in records)
     curves = turn_limit_curves(rows, traces, limit)
     if curves:
         header = ["pairing", *(str(t) for t in range(1, limit + 1))]

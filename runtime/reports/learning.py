@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from parley.memory.across import record_memory_keys
-from parley.records import main_score
+from parley.records import EpisodeRecord
 from parley.runtime.reports.intervals import mean_cell, mean_interval
 
 MAX_COLUMNS = 20
@@ -31,8 +31,8 @@ def mean_ci(values: list[float]) -> tuple[float, float | None, float | None]:
     return interval.estimate, interval.low, interval.high
 
 
-def _across(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    memory = (record.get("spec") or {}).get("memory") or {}
+def _across(record: EpisodeRecord) -> dict[str, dict[str, Any]]:
+    memory = record.spec.get("memory") or {}
     return {
         role: m["across"]
         for role, m in memory.items()
@@ -40,36 +40,36 @@ def _across(record: dict[str, Any]) -> dict[str, dict[str, Any]]:
     }
 
 
-def curve_label(record: dict[str, Any]) -> str:
+def curve_label(record: EpisodeRecord) -> str:
     """The curve a record belongs to: its game, pairing and memory across episodes."""
-    pairing = ", ".join(f"{role}={who}" for role, who in record["pairing"].items())
+    pairing = ", ".join(f"{role}={who}" for role, who in record.pairing.items())
     across = _across(record)
     memory = ", ".join(f"{role}={a['policy']}" for role, a in across.items()) or "off"
     return f"{record['game']} · {pairing} · memory {memory}"
 
 
-def _key(record: dict[str, Any]) -> str:
+def _key(record: EpisodeRecord) -> str:
     """The episodes a record's agents remember together (or, without memory, its block)."""
-    spec = record.get("spec") or {}
+    spec = record.spec
     if _across(record):
         return "&".join(sorted(record_memory_keys(record).values()))
     return repr(sorted((spec.get("settings") or {}).items()))
 
 
-def curves(records: list[dict[str, Any]]) -> dict[str, list[list[float]]]:
+def curves(records: list[EpisodeRecord]) -> dict[str, list[list[float]]]:
     """Per curve: the scores by episode index, one list per index (one value per key)."""
-    keyed: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    keyed: dict[str, dict[str, list[EpisodeRecord]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         keyed[curve_label(r)][_key(r)].append(r)
     out: dict[str, list[list[float]]] = {}
     for label, keys in keyed.items():
         points: list[list[float]] = []
         for episodes in keys.values():
-            episodes.sort(key=lambda r: (r["seed"], r.get("repetition", 0), r["episode"]))
+            episodes.sort(key=lambda r: (r.seed, r.repetition, r.episode))
             for i, r in enumerate(episodes):
                 while len(points) <= i:
                     points.append([])
-                score = main_score(r)
+                score = r.main_score
                 if score is not None:
                     points[i].append(float(score))
         out[label] = points
@@ -113,13 +113,13 @@ def _plot(data: dict[str, list[list[float]]], path: Path) -> None:
     plt.close(fig)
 
 
-def report(records: list[dict[str, Any]], run_dir: Path) -> str:
+def report(records: list[EpisodeRecord], run_dir: Path) -> str:
     """The learning-curve section (and ``learning_curve.png``), or "" when nothing remembers."""
-    remembering = {(r["game"], tuple(r["pairing"].items())) for r in records if _across(r)}
+    remembering = {(r.game, tuple(r.pairing.items())) for r in records if _across(r)}
     if not remembering:
         return ""
     # Each remembering curve, and the memoryless episodes of the same game and pairing.
-    shown = [r for r in records if (r["game"], tuple(r["pairing"].items())) in remembering]
+    shown = [r for r in records if (r.game, tuple(r.pairing.items())) in remembering]
     data = dict(sorted(curves(shown).items()))
     length = max(len(points) for points in data.values())
     bins = _bins(length)

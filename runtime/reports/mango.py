@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from parley.records import parse_message
+from parley.records import EpisodeRecord, parse_message
 from parley.runtime.report import markdown_table
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
@@ -40,31 +40,31 @@ def _messages(run_dir: Path) -> Iterator[bytes]:
                     yield line
 
 
-def player_labels(records: list[dict[str, Any]]) -> dict[str, str]:
+def player_labels(records: list[EpisodeRecord]) -> dict[str, str]:
     """Episode → label: the navigator, plus the settings that vary across these records."""
 
-    def variant(r: dict[str, Any]) -> dict[str, Any]:
-        spec = r.get("spec") or {}
+    def variant(r: EpisodeRecord) -> dict[str, Any]:
+        spec = r.spec
         settings = spec.get("settings") or {}
         out = {k: settings.get(k) for k in VARIANT_KEYS}
         out["memory"] = ((spec.get("memory") or {}).get("navigator") or {}).get("policy", "full")
         return out
 
-    variants = {r["episode"]: variant(r) for r in records}
+    variants = {r.episode: variant(r) for r in records}
     varying = [
         k for k in [*VARIANT_KEYS, "memory"] if len({str(v[k]) for v in variants.values()}) > 1
     ]
     labels = {}
     for r in records:
-        who = r["pairing"].get("navigator", "?")
-        extra = ", ".join(f"{k}={variants[r['episode']][k]}" for k in varying)
-        labels[r["episode"]] = f"{who} [{extra}]" if extra else who
+        who = r.pairing.get("navigator", "?")
+        extra = ", ".join(f"{k}={variants[r.episode][k]}" for k in varying)
+        labels[r.episode] = f"{who} [{extra}]" if extra else who
     return labels
 
 
-def question_rows(records: list[dict[str, Any]], run_dir: Path) -> list[dict[str, Any]]:
+def question_rows(records: list[EpisodeRecord], run_dir: Path) -> list[dict[str, Any]]:
     """One row per scored question: player, type, game, question id, label and scores."""
-    mango = {r["episode"]: r for r in records if str(r["game"]).startswith("mango.")}
+    mango = {r.episode: r for r in records if r.game.startswith("mango.")}
     labels = player_labels(list(mango.values()))
     rows = []
     for line in _messages(run_dir):
@@ -256,14 +256,14 @@ def plot_per_game(
     return path
 
 
-def report(records: list[dict[str, Any]], run_dir: Path) -> str:
-    mango = [r for r in records if str(r["game"]).startswith("mango.")]
+def report(records: list[EpisodeRecord], run_dir: Path) -> str:
+    mango = [r for r in records if r.game.startswith("mango.")]
     parts = ["## MANGO (seed 002)", ""]
-    failed = [r for r in mango if r["outcome"] == "error"]
+    failed = [r for r in mango if r.outcome == "error"]
     if failed:
         reasons: dict[str, int] = defaultdict(int)
         for r in failed:
-            reasons[r.get("reason") or "?"] += 1
+            reasons[r.reason or "?"] += 1
         parts += [f"**{len(failed)} episode(s) failed:**", ""]
         parts += [f"- {n}× {reason}" for reason, n in sorted(reasons.items())] + [""]
     rows = question_rows(mango, Path(run_dir))

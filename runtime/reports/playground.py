@@ -14,7 +14,6 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from parley.environments.playground.ratings import (
     ABILITIES,
@@ -24,7 +23,7 @@ from parley.environments.playground.ratings import (
     stars_text,
     weight,
 )
-from parley.records import main_score
+from parley.records import EpisodeRecord
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
     cell,
@@ -56,13 +55,13 @@ def _split(game: str) -> tuple[str, str] | None:
     return parts[1], parts[2]
 
 
-def row_label(record: dict[str, Any]) -> str:
-    pairing = record.get("pairing", {})
+def row_label(record: EpisodeRecord) -> str:
+    pairing = record.pairing
     label = str(pairing.get("player", "?"))
     opponent = pairing.get("opponent")
     if opponent is not None and opponent != "scripted":
         label += f" vs {opponent}"
-    if (record.get("spec", {}).get("settings") or {}).get("variant") == "text":
+    if (record.spec.get("settings") or {}).get("variant") == "text":
         label += " [text]"
     return label
 
@@ -71,7 +70,7 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def collect(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+def collect(records: list[EpisodeRecord]) -> dict[str, dict[str, dict[str, float]]]:
     """``{task: {row: {game: mean}}}``; E2E also under ``e2e_main`` (main / 100, for the
     aggregate). Episodes that errored or were cancelled are left out."""
     out: dict[str, dict[str, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
@@ -82,20 +81,21 @@ def collect(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, floa
     return out
 
 
-def collect_values(records: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, list[float]]]]:
+def collect_values(records: list[EpisodeRecord]) -> dict[str, dict[str, dict[str, list[float]]]]:
     """``{task: {row: {game: [value per episode]}}}``, the values :func:`collect` averages."""
     sums: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for record in records:
-        where = _split(record.get("game", ""))
-        if where is None or record.get("outcome") not in ("success", "lost", "aborted"):
+        where = _split(record.game)
+        if where is None or record.outcome not in ("success", "lost", "aborted"):
             continue
         game, task = where
-        scores = record.get("scores") or {}
+        scores = record.scores
         label = row_label(record)
         key = next(k for t, _, k, _ in TABLES if t == task)
-        if scores.get(key) is not None:
-            sums[(task, label, game)].append(float(scores[key]))
-        main = main_score(record)
+        value = scores.get(key)
+        if value is not None:
+            sums[(task, label, game)].append(float(value))
+        main = record.main_score
         if task == "e2e" and main is not None:
             sums[("e2e_main", label, game)].append(float(main) / 100.0)
     values: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(dict))
@@ -125,7 +125,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def report(records: list[dict[str, Any]], run_dir: Path) -> str:
+def report(records: list[EpisodeRecord], run_dir: Path) -> str:
     data = collect(records)
     values = collect_values(records)
     parts = ["## LVLM-Playground", ""]
@@ -133,7 +133,7 @@ def report(records: list[dict[str, Any]], run_dir: Path) -> str:
         return "\n".join([*parts, "No playground episodes."])
     counts: dict[str, int] = defaultdict(int)
     for record in records:
-        where = _split(record.get("game", ""))
+        where = _split(record.game)
         if where:
             counts[where[1]] += 1
     parts.append(

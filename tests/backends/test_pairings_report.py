@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from parley.agents.backends.simserver import SimServerProcess
+from parley.records import EpisodeRecord
 from parley.runtime.report import build_report
 from parley.runtime.reports.intervals import rate_cell
 from parley.runtime.reports.pairings import pairing_tables
 from tests.backends.conftest import base_sim, model, play, wire_config
+from tests.records import record as episode_record
 
 pytestmark = pytest.mark.anyio
 
@@ -94,15 +96,17 @@ async def test_a_matrix_of_models_and_players_gives_pairing_and_cost_tables(
 def test_pairing_tables_are_generic_over_roles() -> None:
     """First role = rows, second = columns; a third role splits the tables."""
 
-    def record(a: str, b: str, c: str, outcome: str) -> dict:
-        return {
-            "game": "g",
-            "episode": f"{a}{b}{c}{outcome}",
-            "pairing": {"player": a, "opponent": b, "judge": c},
-            "outcome": outcome,
-            "scores": {"main": 100.0 if outcome == "success" else 0.0},
-            "turns": 2,
-        }
+    def record(a: str, b: str, c: str, outcome: str) -> EpisodeRecord:
+        return episode_record(
+            {
+                "game": "g",
+                "episode": f"{a}{b}{c}{outcome}",
+                "pairing": {"player": a, "opponent": b, "judge": c},
+                "outcome": outcome,
+                "scores": {"main": 100.0 if outcome == "success" else 0.0},
+                "turns": 2,
+            }
+        )
 
     records = [
         record("x", "y", "j1", "success"),

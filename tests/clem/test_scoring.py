@@ -17,7 +17,9 @@ from parley.environments.clem.mapworld import (
     reported_graph,
 )
 from parley.environments.clem.scoring import GameStats, clemscore, game_stats
+from parley.records import EpisodeRecord
 from parley.runtime.reports.clem import table1
+from tests.records import record
 
 # A corridor of four rooms A-B-C-D, west to east.
 A, B, C, D = (0, 0), (1, 0), (2, 0), (3, 0)
@@ -124,14 +126,17 @@ def test_episode_scores_follow_clembench() -> None:
     assert (lost["aborted"], lost["success"], lost["lose"], lost.main) == (0.0, 0.0, 1.0, 0.0)
 
 
-def _record(game: str, outcome: str, main: float | None, who: str = "m") -> dict:
-    return {
-        "game": game,
-        "outcome": outcome,
-        "scores": {"main": main},
-        "pairing": {"r": who},
-        "spec": {"settings": {"variant": "image"}},
-    }
+def _record(game: str, outcome: str, main: float | None, who: str = "m") -> EpisodeRecord:
+    # Schema 1 (the main score in ``scores``), upgraded as a line read from a run folder is.
+    return record(
+        {
+            "game": game,
+            "outcome": outcome,
+            "scores": {"main": main},
+            "pairing": {"r": who},
+            "spec": {"settings": {"variant": "image"}},
+        }
+    )
 
 
 def test_clemscore_with_a_game_never_played() -> None:
@@ -147,7 +152,7 @@ def test_clemscore_with_a_game_never_played() -> None:
         _record("clem.mapworld_ee", "error", None),  # a runtime failure says nothing of the player
     ]
     per_game = {
-        g: game_stats([r for r in records if r["game"] == g])
+        g: game_stats([r for r in records if r.game == g])
         for g in ("clem.reference", "clem.matchit", "clem.mapworld_ee")
     }
     assert per_game["clem.reference"] == GameStats(4, 75.0, 50.0)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from parley.records import EpisodeRecord
 from parley.runtime.reports.comma import (
     by_puzzle_table,
     cut,
@@ -18,26 +19,29 @@ from parley.runtime.reports.comma import (
     turn_trace,
 )
 from parley.runtime.reports.intervals import mean_cell, rate_cell
+from tests.records import record as episode_record
 
 
 def record(
     game: str, outcome: str, psr: float, tokens: tuple[int, int], **extra: Any
-) -> dict[str, Any]:
-    return {
-        "episode": f"{game}-{outcome}-{psr}",
-        "game": game,
-        "seed": 0,
-        "pairing": {"solver": "m", "expert": "m"},
-        "spec": extra.pop("spec", {}),
-        "outcome": outcome,
-        "scores": {"psr": psr, "mistakes": 1.0, "conversation_length": 4.0, "turns": 5.0},
-        "tokens": {
-            "solver": {"input": 999, "output": tokens[0]},
-            "expert": {"input": 5, "output": tokens[1]},
-        },
-        "token_source": {"solver": "backend", "expert": "backend"},
-        **extra,
-    }
+) -> EpisodeRecord:
+    return episode_record(
+        {
+            "episode": f"{game}-{outcome}-{psr}",
+            "game": game,
+            "seed": 0,
+            "pairing": {"solver": "m", "expert": "m"},
+            "spec": extra.pop("spec", {}),
+            "outcome": outcome,
+            "scores": {"psr": psr, "mistakes": 1.0, "conversation_length": 4.0, "turns": 5.0},
+            "tokens": {
+                "solver": {"input": 999, "output": tokens[0]},
+                "expert": {"input": 5, "output": tokens[1]},
+            },
+            "token_source": {"solver": "backend", "expert": "backend"},
+            **extra,
+        }
+    )
 
 
 def test_efficiency_formula() -> None:

@@ -21,6 +21,7 @@ from parley.runtime.cli import main
 from parley.runtime.results import RunFolder
 from parley.runtime.scheduler import run_experiment
 from tests.observability.conftest import JUDGE_REPLY, KEY_ENV, SECRET, config, model_entry
+from tests.records import record as episode_record
 
 MANUAL = (
     "You are the expert. MANUAL: Wires. If there is exactly one yellow wire and more than one "
@@ -34,12 +35,9 @@ ATM_ACTIONS = [f"press_{d}" for d in range(10)] + [
     "press_enter",
     "press_delete",
 ]
-RECORD = {
-    "episode": "e1",
-    "game": "comma.test",
-    "outcome": "lost",
-    "pairing": {"solver": "m", "expert": "m"},
-}
+RECORD = episode_record(
+    episode="e1", game="comma.test", outcome="lost", pairing={"solver": "m", "expert": "m"}
+)
 
 
 def text(value: str) -> list[dict[str, str]]:

@@ -15,22 +15,26 @@ from parley.environments.playground.ratings import (
     stars_text,
     weight,
 )
+from parley.records import EpisodeRecord
 from parley.runtime.reports.intervals import mean_cell
 from parley.runtime.reports.playground import collect, report
+from tests.records import record as episode_record
 
 
 def record(
     game: str, task: str, player: str, scores: dict[str, Any], **extra: Any
-) -> dict[str, Any]:
+) -> EpisodeRecord:
     pairing = {"player": player, **extra.pop("pairing", {})}
-    return {
-        "game": f"playground.{game}.{task}",
-        "pairing": pairing,
-        "outcome": "success",
-        "spec": {"settings": {"variant": extra.pop("variant", "image")}},
-        "scores": scores,
-        **extra,
-    }
+    return episode_record(
+        {
+            "game": f"playground.{game}.{task}",
+            "pairing": pairing,
+            "outcome": "success",
+            "spec": {"settings": {"variant": extra.pop("variant", "image")}},
+            "scores": scores,
+            **extra,
+        }
+    )
 
 
 def test_stars_are_table_6_rounded_to_half_stars() -> None:
@@ -85,7 +89,7 @@ def test_tables_show_means_per_player_and_game(tmp_path: Path) -> None:
             pairing={"opponent": "random"},
         ),
         record("sudoku", "qa", "scripted", {"accuracy": 1.0, "main": 100.0}, variant="text"),
-        {**record("sudoku", "qa", "random", {"accuracy": 1.0}), "outcome": "error"},
+        record("sudoku", "qa", "random", {"accuracy": 1.0}, outcome="error"),
     ]
     data = collect(records)
     assert data["perceiving"]["random"]["tictactoe"] == pytest.approx(0.375)

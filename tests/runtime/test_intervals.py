@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, bootstrap
 
+from parley.records import EpisodeRecord
 from parley.runtime.report import summary_rows
 from parley.runtime.reports.intervals import (
     RESAMPLES,
@@ -28,6 +29,7 @@ from parley.runtime.reports.intervals import (
     wilson,
 )
 from parley.runtime.reports.pairings import pairing_tables
+from tests.records import record as episode_record
 
 CELL = re.compile(r"^(-?\d+\.\d+) \[(-?\d+\.\d+), (-?\d+\.\d+)\]$")
 
@@ -136,17 +138,19 @@ def test_mean_of_means_and_paired_intervals() -> None:
     assert spread.low < 1.0 < spread.high
 
 
-def _record(game: str, who: str, outcome: str, main: float | None, i: int) -> dict[str, Any]:
-    return {
-        "game": game,
-        "episode": f"{who}-{i}",
-        "pairing": {"solver": who, "expert": "scripted"},
-        "outcome": outcome,
-        "main_score": main,
-        "schema": 2,
-        "scores": {},
-        "turns": 3,
-    }
+def _record(game: str, who: str, outcome: str, main: float | None, i: int) -> EpisodeRecord:
+    return episode_record(
+        {
+            "game": game,
+            "episode": f"{who}-{i}",
+            "pairing": {"solver": who, "expert": "scripted"},
+            "outcome": outcome,
+            "main_score": main,
+            "schema": 2,
+            "scores": {},
+            "turns": 3,
+        }
+    )
 
 
 def test_report_tables_show_intervals() -> None:
@@ -174,14 +178,16 @@ def test_report_tables_show_intervals() -> None:
 def test_clem_table1_carries_wilson_and_bootstrap_intervals() -> None:
     from parley.runtime.reports.clem import table1
 
-    def record(game: str, outcome: str, main: float | None) -> dict[str, Any]:
-        return {
-            "game": game,
-            "outcome": outcome,
-            "scores": {"main": main},
-            "pairing": {"r": "m"},
-            "spec": {"settings": {"variant": "image"}},
-        }
+    def record(game: str, outcome: str, main: float | None) -> EpisodeRecord:
+        return episode_record(
+            {
+                "game": game,
+                "outcome": outcome,
+                "scores": {"main": main},
+                "pairing": {"r": "m"},
+                "spec": {"settings": {"variant": "image"}},
+            }
+        )
 
     records = [
         record("clem.reference", "success", 100.0),
@@ -209,15 +215,17 @@ def test_clem_table1_carries_wilson_and_bootstrap_intervals() -> None:
     assert low <= estimate <= high
 
 
-def _priced_record() -> dict[str, Any]:
-    return {
-        "episode": "e0",
-        "outcome": "success",
-        "pairing": {"solver": "m"},
-        "spec": {"players": {"solver": {"kind": "llm"}}},
-        "tokens": {"solver": {"input": 1_000_000, "output": 0}},
-        "model_calls": {"solver": {"requests": 1, "attempts": 1, "call_s": 0.5}},
-    }
+def _priced_record() -> EpisodeRecord:
+    return episode_record(
+        {
+            "episode": "e0",
+            "outcome": "success",
+            "pairing": {"solver": "m"},
+            "spec": {"players": {"solver": {"kind": "llm"}}},
+            "tokens": {"solver": {"input": 1_000_000, "output": 0}},
+            "model_calls": {"solver": {"requests": 1, "attempts": 1, "call_s": 0.5}},
+        }
+    )
 
 
 @pytest.mark.parametrize(
