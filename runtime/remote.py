@@ -11,14 +11,17 @@ uses, so ``--resume``, reports and the dashboard cannot tell the difference.
 Nothing here relies on the broker to deliver a job exactly once, or at all: Mosquitto can drop
 a shared subscriber's in-flight QoS 1 message when that subscriber disconnects (its issue 2662),
 and a broker restarted without its database forgets everything queued. Instead each job is
-*leased*:
+*leased*, by the rules local worker processes follow too (runtime/leases.py):
 
 - at most ``window`` jobs are out at once (taken or not);
 - a job counts as taken once a worker's heartbeat (:class:`WorkerHeartbeat`, about once a
-  second) names it, and each such heartbeat renews the lease;
-- a job no heartbeat has named for ``lease_s`` (since it was issued, or since the last
-  heartbeat that named it) is issued again with ``attempt + 1``; a job its worker stopped
-  naming (it left, or put the job back) is issued again after a few heartbeat intervals;
+  second, sent from a thread of the worker's own) names it, and each such heartbeat renews the
+  lease;
+- a job no heartbeat has named for ``lease_s`` is issued again with ``attempt + 1``; a job its
+  worker stopped naming (it left, or put the job back) after a few heartbeat intervals;
+- a worker silent for longer than its lease is taken over: its jobs go out again, each counts
+  a death, and an episode that keeps taking its workers down is played alone, then given up
+  and recorded as ``error`` with the reason;
 - results are idempotent by episode id: the first wins, later ones are counted as duplicates
   and dropped. So a worker that was merely slow, or a result that arrives after a restart, does
   no harm: at worst an episode is played twice and recorded once.
@@ -41,7 +44,6 @@ import hashlib
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
@@ -56,6 +58,7 @@ from parley.bus.messages import Control, Job, JobResult, Outcome, WorkerHeartbea
 from parley.observability import tracing as tracing_module
 from parley.runtime.episode import EpisodeOptions
 from parley.runtime.experiment import EpisodeSpec
+from parley.runtime.leases import LeaseBook
 from parley.runtime.results import EncodedResult, RecordingFailed, ResultWriter
 from parley.runtime.scheduler import Progress
 from parley.runtime.status import StatusPublisher, model_tokens, pairing_key
@@ -67,8 +70,7 @@ log = logging.getLogger("parley.runtime.remote")
 VERSION_ENV = "PARLEY_VERSION_OVERRIDE"
 # How often the coordinator looks at its leases and its window.
 TICK_S = 0.2
-# A job its worker stopped naming goes out again after this many of its heartbeat intervals
-# (its result may still be on the way).
+# Jobs the broker handed a worker as it left go out again after this many of its intervals.
 RELEASE_BEATS = 3
 # A worker is taken for gone after this many heartbeat intervals without one (or its lease).
 SILENT_BEATS = 5
@@ -146,17 +148,6 @@ def incompatibility(job: Job, version: str, plugins: dict[str, str]) -> str | No
 
 
 @dataclass
-class Lease:
-    """One job out with the workers."""
-
-    spec: EpisodeSpec
-    attempt: int
-    deadline: float  # monotonic: issued again after this
-    holder: str | None = None  # the worker whose latest heartbeat named it
-    taken: bool = False  # named by a heartbeat since it was last issued
-
-
-@dataclass
 class WorkerSeen:
     """A worker as the coordinator knows it from its heartbeats and results."""
 
@@ -193,10 +184,11 @@ class RemoteScheduler:
     The same surface as :class:`~parley.runtime.scheduler.Scheduler` (``progress``, ``stop``,
     ``pause``, ``resume``, ``abort``, ``run()``, ``status``, ``loop_lag``, ``errors``).
     ``setup`` is what every worker needs to play the run (its config and model registry); the
-    URLs of model servers the run launched are added when it starts. ``counts`` says how many
-    jobs went out again (``reissued``: their worker went silent; ``unclaimed``: no worker took
-    them in time), ``duplicates`` dropped and ``refusals``; ``workers`` every worker seen;
-    ``waiting`` why the run waits (no worker), or None.
+    URLs of model servers the run launched are added when it starts. ``book`` is its lease
+    book (runtime/leases.py); ``counts`` says how many jobs went out again (``reissued``: their
+    worker went silent; ``unclaimed``: no worker took them in time), workers ``takeovers``,
+    ``duplicates`` dropped, episodes ``given_up``, ``refusals`` and ``malformed`` results;
+    ``workers`` every worker seen; ``waiting`` why the run waits (no worker), or None.
     """
 
     status: StatusPublisher | None = None
@@ -232,21 +224,10 @@ class RemoteScheduler:
         self.paused = False
         self.loop_lag: list[dict[str, Any]] = []
         self.errors: list[str] = []
-        self.counts = {
-            "issued": 0,
-            "reissued": 0,
-            "unclaimed": 0,
-            "duplicates": 0,
-            "refusals": 0,
-            "malformed": 0,
-        }
+        self.book = LeaseBook(specs, lease_s, finished)
+        self._counts = {"refusals": 0, "malformed": 0}
         self.workers: dict[str, WorkerSeen] = {}
         self.waiting: str | None = None
-        self._todo: deque[EpisodeSpec] = deque(specs)
-        self._leases: dict[str, Lease] = {}
-        self._planned = {s.id for s in specs}
-        # Recorded in this run or a run it resumes: a result for one of these is a duplicate.
-        self._received: set[str] = set(finished)
         self._over = asyncio.Event()
         self._recording: set[asyncio.Task[None]] = set()
         self._sending: set[asyncio.Task[None]] = set()
@@ -274,7 +255,7 @@ class RemoteScheduler:
     def abort(self, episode: str, reason: str = "") -> bool:
         """Ask the worker playing ``episode`` to end it as ``aborted``; False when it is not out
         with a worker."""
-        lease = self._leases.get(episode)
+        lease = self.book.leases.get(episode)
         if lease is None or not lease.taken:
             return False
         self._send(topics.episode_control(self.run_id, episode), "abort", reason)
@@ -299,6 +280,10 @@ class RemoteScheduler:
 
     def endpoint_figures(self) -> list[list[dict[str, Any]]]:
         return []  # each worker has its own model clients
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {**self.book.counts, **self._counts}
 
     def summary(self) -> dict[str, Any]:
         """What ``run.json`` keeps of this run's distribution (``remote``)."""
@@ -350,7 +335,7 @@ class RemoteScheduler:
                 await asyncio.gather(*self._sending, return_exceptions=True)
 
     def _done(self) -> bool:
-        return not self._todo and not self._leases
+        return self.book.done()
 
     async def _take_control(self, sub: Subscription) -> None:
         """A pause or resume from elsewhere (a dashboard): the workers obey it themselves;
@@ -368,24 +353,27 @@ class RemoteScheduler:
             return 0.0
 
     async def _watch(self) -> None:
-        """Every tick: jobs whose lease ran out go out again, the window is filled, and the
-        run says when it waits for workers or every worker refuses."""
+        """Every tick: silent workers are taken over, jobs whose lease ran out go out again,
+        the window is filled, and the run says when it waits for workers or every worker
+        refuses."""
         outage = self._outage()
+        last = time.monotonic()
         while not self._over.is_set():
             now = time.monotonic()
-            # While this process is cut off, no heartbeat can reach it: leases do not run.
+            # While this process is cut off, or its own loop is late, no heartbeat can reach
+            # it: leases do not run.
             cut_off = self._outage() - outage
-            if cut_off > 0:
-                outage += cut_off
-                for lease in self._leases.values():
-                    lease.deadline += cut_off
-            for lease in list(self._leases.values()):
-                # (A result may have ended the lease while an earlier job went out.)
-                if now >= lease.deadline and self._leases.get(lease.spec.id) is lease:
-                    self.counts["reissued" if lease.taken else "unclaimed"] += 1
-                    await self._issue(lease.spec, lease.attempt + 1)
-            while not self.paused and self._todo and len(self._leases) < self.window:
-                await self._issue(self._todo.popleft(), 1)
+            late = max(0.0, now - last - 2 * TICK_S)
+            last = now
+            if cut_off > 0 or late > 0:
+                outage += max(0.0, cut_off)
+                self.book.shift(max(cut_off, late))
+            for worker in self.book.silent(now):
+                await self._take_over(worker)
+            self.book.again(lease.spec for lease in self.book.due(now))
+            if not self.paused:
+                for spec in self.book.hand_out(self.window - len(self.book.leases)):
+                    await self._issue(spec)
             self._update_running(now)
             self._check_workers(now)
             if self._done():
@@ -393,28 +381,45 @@ class RemoteScheduler:
                 return
             await asyncio.sleep(TICK_S)
 
-    async def _issue(self, spec: EpisodeSpec, attempt: int) -> None:
-        if spec.id in self._received:
-            return
+    async def _take_over(self, worker: str) -> None:
+        """``worker`` went silent with jobs: they go out again; poison is recorded."""
+        again, given_up = self.book.lost(worker)
+        log.warning(
+            "run %s: worker %s went silent holding %d jobs; they go out again",
+            self.run_id,
+            worker,
+            len(again) + len(given_up),
+        )
+        self.book.again(again)
+        for spec in given_up:
+            if self.book.result(spec.id):
+                result = self.book.poison(spec, f"worker {worker} went silent")
+                self._keep_task(self._record(EncodedResult.of(result, self.run_id)))
+
+    async def _issue(self, spec: EpisodeSpec) -> None:
+        lease = self.book.issue(spec, time.monotonic())
         job = Job(
             run=self.run_id,
             episode=spec.id,
             sender="main",
             spec=spec.model_dump(mode="json"),
-            attempt=attempt,
+            attempt=lease.attempt,
             setup=self.setup,
             version=self.version,
             plugins=self.plugins,
             lease_s=self.lease_s,
         )
-        self._leases[spec.id] = Lease(spec, attempt, time.monotonic() + self.lease_s)
-        self.counts["issued"] += 1
         await self.bus.publish(topics.jobs(self.run_id), job)
+
+    def _keep_task(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._recording.add(task)
+        task.add_done_callback(self._recording.discard)
 
     def _update_running(self, now: float) -> None:
         self.progress.running = sum(
             1
-            for lease in self._leases.values()
+            for lease in self.book.leases.values()
             if lease.holder is not None
             and (seen := self.workers.get(lease.holder)) is not None
             and seen.alive(now, self.lease_s)
@@ -470,27 +475,15 @@ class RemoteScheduler:
             seen.host, seen.version, seen.slots = beat.host, beat.version, beat.slots
             seen.interval_s = max(0.05, beat.interval_s)
             seen.left = beat.final
-            held = set(beat.held)
-            for episode in held:
-                lease = self._leases.get(episode)
-                if lease is not None:
-                    lease.holder, lease.taken = beat.worker, True
-                    lease.deadline = now + self.lease_s
-            # What it named before and names no more: finished (its result is on the way) or
-            # put back (it is leaving). Out again soon unless the result comes.
-            release = 0.5 if beat.final else RELEASE_BEATS * seen.interval_s
-            for episode in seen.holding - held:
-                lease = self._leases.get(episode)
-                if lease is not None and lease.holder == beat.worker:
-                    lease.deadline = min(lease.deadline, now + min(self.lease_s, release))
-            seen.holding = {e for e in held if e in self._leases}
+            self.book.beat(beat.worker, beat.held, now, beat.interval_s, final=beat.final)
+            seen.holding = self.book.holders[beat.worker].holding
             if beat.final:
                 log.info("run %s: worker %s left", self.run_id, beat.worker)
                 # Jobs the broker was handing it as it left never reached a heartbeat of its:
                 # a job no one has named yet goes out again unless a worker names it soon
                 # (workers take jobs as they arrive, and name them within a second).
                 soon = now + min(self.lease_s, RELEASE_BEATS * seen.interval_s)
-                for lease in self._leases.values():
+                for lease in self.book.leases.values():
                     if not lease.taken:
                         lease.deadline = min(lease.deadline, soon)
 
@@ -508,35 +501,26 @@ class RemoteScheduler:
             if encoded is None:
                 continue
             episode = encoded.record["episode"]
-            if episode in self._received or episode not in self._planned:
-                self.counts["duplicates"] += 1
-                continue
-            lease = self._leases.get(episode)
             if encoded.record["outcome"] == Outcome.CANCELLED.value:
                 # Not a result: its worker stopped it. It goes out again.
-                if lease is not None:
-                    lease.deadline = time.monotonic()
+                self.book.put_back(episode, time.monotonic())
                 continue
-            self._received.add(episode)
-            if self._leases.pop(episode, None) is None:
-                # Not out now: a result of a job issued before a --resume, still to go out.
-                self._todo = deque(s for s in self._todo if s.id != episode)
+            if not self.book.result(episode):
+                continue  # a duplicate: counted by the book
             seen.results += 1
             encoded.record["worker"] = worker
-            task = asyncio.create_task(self._record(encoded))
-            self._recording.add(task)
-            task.add_done_callback(self._recording.discard)
+            self._keep_task(self._record(encoded))
             if self._done():
                 self._over.set()
 
     def _refused(self, seen: WorkerSeen, message: JobResult) -> None:
-        self.counts["refusals"] += 1
+        self._counts["refusals"] += 1
         if seen.refused is None:
             log.error(
                 "run %s: worker %s refuses its jobs: %s", self.run_id, seen.worker, message.refused
             )
         seen.refused = message.refused
-        lease = self._leases.get(message.episode)
+        lease = self.book.leases.get(message.episode)
         if lease is not None:
             # Out again soon, for another worker (not at once: it may come back to this one).
             lease.deadline = min(lease.deadline, time.monotonic() + 1.0)
@@ -561,7 +545,7 @@ class RemoteScheduler:
                 images[sha] = raw
             transcript = message.transcript.encode()
         except (ValueError, binascii.Error) as exc:
-            self.counts["malformed"] += 1
+            self._counts["malformed"] += 1
             log.warning("run %s: dropped a result from %s: %s", self.run_id, message.worker, exc)
             return None
         return EncodedResult(dict(record), transcript, images, message.metrics)

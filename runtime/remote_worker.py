@@ -11,7 +11,10 @@ but the worker has not named would only have its lease run out).
 
 About once a second, per run it holds jobs of, the worker publishes a
 :class:`~parley.bus.messages.WorkerHeartbeat` naming every job it holds (queued or playing):
-that renews their leases at the coordinator (runtime/remote.py). Each finished episode goes
+that renews their leases at the coordinator (runtime/remote.py, runtime/leases.py). The
+heartbeats go out from a thread of their own, on a connection of their own
+(runtime/heartbeats.py): a worker whose event loop is busy is late with its results, not with
+its heartbeats, and keeps its jobs. A job is named until its result is published. Each finished episode goes
 back as a :class:`~parley.bus.messages.JobResult` (record, transcript, images base64, the
 metrics the run keeps), published on the run's ``jobs/done`` topic; a broker that is away holds
 nothing up, since the bus keeps what it publishes until the broker acknowledges it. A job from a
@@ -39,7 +42,9 @@ import re
 import signal
 import socket
 import sys
+import threading
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import parley.bus as bus_module
@@ -55,14 +60,15 @@ from parley.observability.metrics import episode_summary
 from parley.runtime.config import ExperimentConfig, masked_url
 from parley.runtime.episode import EpisodeResult
 from parley.runtime.experiment import EpisodeSpec
+from parley.runtime.heartbeats import Heartbeat, Held
+from parley.runtime.leases import HEARTBEAT_S
 from parley.runtime.remote import incompatibility, installed_plugins, parley_version
 from parley.runtime.results import EncodedResult, unrecordable
 from parley.runtime.scheduler import Scheduler, episode_options
-from parley.runtime.workers import worker_models
+from parley.runtime.workers import worker_bus_url, worker_models
 
 log = logging.getLogger("parley.runtime.remote_worker")
 
-HEARTBEAT_S = 1.0
 # A run with no job here for this long has its runtime (model clients) closed.
 IDLE_RUN_S = 30.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.:@=-]")
@@ -99,6 +105,10 @@ class RunPlayer:
         self.held: dict[str, int] = {}  # episode -> the attempt this worker has
         self.begun: set[str] = set()
         self.beat_empty = False  # one heartbeat naming nothing after the last job
+        # Jobs taken, not yet named by a heartbeat: each begins only once one has named it
+        # (so that a job that takes this process down is known to have been here).
+        self.announcing: list[EpisodeSpec] = []
+        self.announcer: asyncio.Task[None] | None = None
         self.last_job = time.monotonic()
         self.job_sent_at = job.sent_at
         self.scheduler = Scheduler(
@@ -121,31 +131,63 @@ class RunPlayer:
     def take(self, job: Job, spec: EpisodeSpec) -> None:
         self.last_job = time.monotonic()
         self.job_sent_at = max(self.job_sent_at, job.sent_at)
+        self.worker.held.add(self.run, spec.id)
         if spec.id in self.held:  # issued again while it is still here: play it once
             self.held[spec.id] = job.attempt
             return
         self.held[spec.id] = job.attempt
-        self.queue.put_nowait(spec)
+        self.announcing.append(spec)
+        if self.announcer is None or self.announcer.done():
+            self.announcer = asyncio.create_task(self._announce(), name=f"announce:{self.run}")
+
+    async def _announce(self) -> None:
+        """Name the jobs just taken in a heartbeat, then let them begin (one heartbeat for
+        however many came meanwhile)."""
+        while self.announcing:
+            await self.worker._beat(self.run, list(self.held))
+            await asyncio.sleep(0)  # the heartbeat onto the wire before an episode begins
+            taken, self.announcing = self.announcing, []
+            for spec in taken:
+                self.queue.put_nowait(spec)
+
+    def let_go(self, episode: str) -> None:
+        """No heartbeat names ``episode`` from now on."""
+        self.held.pop(episode, None)
+        self.worker.held.discard(self.run, episode)
 
     def put_back(self) -> list[str]:
         """Give up the jobs not begun; no new ones start. The ids given up."""
-        dropped = []
+        dropped = [spec.id for spec in self.announcing]
+        for episode in dropped:
+            self.let_go(episode)
+        self.announcing = []
         while not self.queue.empty():
             spec = self.queue.get_nowait()
             if spec is not None:
                 dropped.append(spec.id)
-                self.held.pop(spec.id, None)
+                self.let_go(spec.id)
         self.queue.put_nowait(None)  # the playing episodes end, then the scheduler
         return dropped
 
     async def write(self, result: EpisodeResult) -> None:
         """The scheduler's writer: a finished episode goes back to the coordinator."""
         episode = result.spec.id
-        attempt = self.held.pop(episode, 1)
+        attempt = self.held.get(episode, 1)
         if result.outcome == "cancelled":
+            self.let_go(episode)
             return  # stopped here, not played: the coordinator issues it again
         metrics = episode_summary(result) if self.config.tracing.enabled else None
         message = self._message(EncodedResult.safely(result, self.run), metrics, attempt)
+        try:
+            await self._publish(episode, result, message, attempt)
+        finally:
+            # Named until its result is with the broker (or cannot be): never before, or a
+            # late result would find its job given to another worker.
+            self.let_go(episode)
+
+    async def _publish(
+        self, episode: str, result: EpisodeResult, message: JobResult, attempt: int
+    ) -> None:
         try:
             try:
                 await self.worker.bus.publish(topics.job_results(self.run), message)
@@ -201,8 +243,13 @@ class RemoteWorker:
         slots: int = 4,
         worker_id: str | None = None,
         group: str = topics.JOB_GROUP,
+        beats: Callable[[], Bus] | None = None,
     ) -> None:
         self.bus = bus
+        # A bus of the heartbeats' own, made in their thread; None: heartbeats on ``bus``,
+        # from the event loop.
+        self.beats = beats
+        self.held = Held()  # what the heartbeats name, per run
         self.group = group
         self.slots = max(1, slots)
         self.worker_id = topics.check_id(worker_id or default_worker_id(), "worker id")
@@ -227,7 +274,8 @@ class RemoteWorker:
             self.slots,
             self.version,
         )
-        beating = asyncio.create_task(self._heartbeats(), name="heartbeats")
+        thread = await self._beat_thread()
+        beating = asyncio.create_task(self._heartbeats(thread is None), name="heartbeats")
         taking = asyncio.create_task(self._take(jobs), name="jobs")
         try:
             await self._stop.wait()
@@ -241,6 +289,8 @@ class RemoteWorker:
             beating.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beating
+            if thread is not None:
+                await asyncio.to_thread(thread.stop)
             # Goodbye: every lease this worker held ends now.
             for run in list(self.runs):
                 await self._beat(run, [], final=True)
@@ -284,9 +334,6 @@ class RemoteWorker:
             log.warning("worker %s: playing episodes of run %s", self.worker_id, job.run)
             player.task.add_done_callback(functools.partial(self._ended, player))
             self._watch_coordinator(player)
-            player.take(job, spec)
-            await self._beat(job.run, list(player.held))  # taken: tell the coordinator now
-            return
         player.take(job, spec)
 
     def _ended(self, player: RunPlayer, task: asyncio.Task[None]) -> None:
@@ -301,6 +348,7 @@ class RemoteWorker:
             task.exception(),
         )
         player.held.clear()
+        self.held.clear(player.run)
         if self.runs.get(player.run) is player:
             del self.runs[player.run]
 
@@ -353,10 +401,11 @@ class RemoteWorker:
         if self.runs.get(player.run) is player:
             del self.runs[player.run]
         await player.close(cancel)
+        self.held.clear(player.run)
         await self._beat(player.run, [])
 
-    async def _beat(self, run: str, held: list[str], final: bool = False) -> None:
-        beat = WorkerHeartbeat(
+    def _heartbeat(self, run: str, held: list[str], final: bool = False) -> WorkerHeartbeat:
+        return WorkerHeartbeat(
             run=run,
             sender=self.worker_id,
             worker=self.worker_id,
@@ -368,25 +417,86 @@ class RemoteWorker:
             interval_s=HEARTBEAT_S,
             final=final,
         )
+
+    async def _beat(self, run: str, held: list[str], final: bool = False) -> None:
+        beat = self._heartbeat(run, held, final)
         try:
             await self.bus.publish(topics.worker(run, self.worker_id), beat)
         except Exception as exc:  # the bus keeps trying; a closed one cannot
             log.warning("worker %s: heartbeat not sent: %s", self.worker_id, exc)
 
-    async def _heartbeats(self) -> None:
+    async def _heartbeats(self, beat: bool) -> None:
+        """Every interval: runs idle here for long are closed; with ``beat``, the heartbeats
+        are sent from here (no thread of their own)."""
         while True:
             await asyncio.sleep(HEARTBEAT_S)
             now = time.monotonic()
             for run, player in list(self.runs.items()):
                 if player.held:
                     player.beat_empty = True
-                    await self._beat(run, list(player.held))
+                    if beat:
+                        await self._beat(run, list(player.held))
                 elif player.beat_empty:
                     player.beat_empty = False
-                    await self._beat(run, [])
+                    if beat:
+                        await self._beat(run, [])
                 elif now - player.last_job > IDLE_RUN_S and not self.draining:
                     del self.runs[run]
+                    self.held.clear(run)
                     self._closing.append(asyncio.create_task(player.close()))
+
+    async def _beat_thread(self) -> Heartbeat | None:
+        """The heartbeats' thread, sending on a bus of their own (:class:`BeatBus`); None
+        without :attr:`beats`."""
+        if self.beats is None:
+            return None
+        try:
+            link = await asyncio.to_thread(BeatBus, self.beats)
+        except Exception as exc:  # the main bus connected: heartbeats from the loop will do
+            log.warning("worker %s: heartbeats from the event loop: %s", self.worker_id, exc)
+            return None
+
+        def send(lag_s: float) -> None:
+            for run, held in self.held.groups().items():
+                link.publish(topics.worker(run, self.worker_id), self._heartbeat(run, held))
+
+        heartbeat = Heartbeat(send, on_stop=link.close)
+        return heartbeat.start(asyncio.get_running_loop())
+
+
+class BeatBus:
+    """A bus of the heartbeats' own, run by an event loop in a thread of its own: what it
+    publishes goes out whatever the worker's own loop is doing."""
+
+    def __init__(self, make: Callable[[], Bus]) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="beat-bus", daemon=True)
+        self.thread.start()
+        try:
+            self.bus = self._call(self._start(make), 30)
+        except BaseException:
+            self._end()
+            raise
+
+    @staticmethod
+    async def _start(make: Callable[[], Bus]) -> Bus:
+        return await make().__aenter__()
+
+    def _call(self, work: Coroutine[Any, Any, Any], timeout_s: float) -> Any:
+        return asyncio.run_coroutine_threadsafe(work, self.loop).result(timeout_s)
+
+    def publish(self, topic: str, message: WorkerHeartbeat) -> None:
+        self._call(self.bus.publish(topic, message), 5 * HEARTBEAT_S)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._call(self.bus.close(), 10)
+        self._end()
+
+    def _end(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
 
 
 def worker_url(bus: str | None, credentials: str | None) -> str:
@@ -424,7 +534,14 @@ async def run_worker(
     # Its session ends with its connection: the broker must not queue jobs for a worker that
     # is gone (the coordinator's leases cover the jobs that were on the way).
     the_bus = bus_module.connect(url, session_expiry=0)
-    worker = RemoteWorker(the_bus, slots=slots, worker_id=worker_id, group=group)
+    beats_url = worker_bus_url(url, "beats")
+    worker = RemoteWorker(
+        the_bus,
+        slots=slots,
+        worker_id=worker_id,
+        group=group,
+        beats=lambda: bus_module.connect(beats_url, session_expiry=0),
+    )
     loop = asyncio.get_running_loop()
     signals = 0
 

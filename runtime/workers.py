@@ -51,8 +51,10 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +74,9 @@ from parley.records import loads
 from parley.runtime.config import ConfigError, ExperimentConfig
 from parley.runtime.episode import EpisodeOptions, EpisodeResult
 from parley.runtime.experiment import EpisodeSpec, memory_chains
+from parley.runtime.heartbeats import Heartbeat, Held
 from parley.runtime.launch import models_used
+from parley.runtime.leases import LeaseBook
 from parley.runtime.results import EncodedResult, RecordingFailed, ResultWriter
 from parley.runtime.scheduler import (
     Progress,
@@ -84,13 +88,13 @@ from parley.runtime.scheduler import (
 from parley.runtime.status import StatusPublisher, model_tokens, pairing_key, usd_prices
 
 _FRAME = struct.Struct(">IB")
-# An episode in flight when this many processes died is played alone (then no other episode
-# can be the cause); one in flight at MAX_DEATHS deaths is recorded as an error, not retried.
-ALONE_AFTER_DEATHS = 2
 # The longest the run's first workers wait for each other before they open (see above): one
 # that takes longer to set up must not hold the others' episodes back for long.
 OPENING_WAIT_S = 5.0
-MAX_DEATHS = 3
+# A worker's lease when the job's config names none (the config's remote.lease_s does).
+LEASE_S = 15.0
+# How often the parent looks for workers whose heartbeats stopped.
+TICK_S = 0.2
 # A result frame's header's length, and its record's (which starts after _RECORD).
 _HEADER = struct.Struct(">II")
 _RECORD = b'{"record": '
@@ -168,26 +172,32 @@ def worker_models(models: dict[str, Any], workers: int) -> dict[str, ModelSpec]:
 
 
 class Spawned:
-    """A worker process, started and importing, and the parent's end of its socket pair."""
+    """A worker process, started and importing, and the parent's ends of its socket pairs: one
+    for frames, one for the heartbeats its own thread sends (runtime/heartbeats.py)."""
 
     def __init__(self, preload_args: list[str]) -> None:
         ours, theirs = socket.socketpair()
+        beats, their_beats = socket.socketpair()
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         }
         self.args = tuple(preload_args)
+        fds = (theirs.fileno(), their_beats.fileno())
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "parley.runtime.workers", str(theirs.fileno()), *preload_args],
-            pass_fds=(theirs.fileno(),),
+            [sys.executable, "-m", "parley.runtime.workers", *map(str, fds), *preload_args],
+            pass_fds=fds,
             env=env,
         )
         theirs.close()
+        their_beats.close()
         self.sock = ours
+        self.beats = beats
 
     def discard(self) -> None:
         """Not needed after all: it reads the end of its stream, and exits."""
         self.sock.close()
+        self.beats.close()
 
     async def wait(self, timeout_s: float) -> int:
         """Its exit code, killing it after ``timeout_s``."""
@@ -284,13 +294,29 @@ def _deal(specs: list[EpisodeSpec], n: int) -> list[list[EpisodeSpec]]:
     return shards
 
 
+@dataclass
+class _Process:
+    """One worker process as the parent drives it: its slot, its name in the lease book, what
+    it began, and whether it was taken over (an orphan: its results count only if first)."""
+
+    slot: int
+    holder: str
+    spawned: Spawned
+    link: asyncio.StreamWriter
+    begun: set[str] = field(default_factory=set)
+    orphan: bool = False
+    done: bool = False
+
+
 class WorkerScheduler:
     """Plays specs in ``workers`` child processes, at most ``concurrency`` at once in all.
 
     The same surface as :class:`~parley.runtime.scheduler.Scheduler` (``progress``, ``stop()``,
-    ``run()``). Specs are dealt round robin; each worker gets its share of the concurrency.
-    ``job`` is what every worker needs to rebuild the run (config, run id, folder, bus URL);
-    the model servers the parent launched reach the workers as URLs.
+    ``run()``), and :meth:`summary`. Specs are dealt round robin; each worker gets its share of
+    the concurrency. ``job`` is what every worker needs to rebuild the run (config, run id,
+    folder, bus URL); the model servers the parent launched reach the workers as URLs. The
+    jobs out with the workers are leased (runtime/leases.py), for the config's
+    ``remote.lease_s``, as a distributed run's are.
     """
 
     # The run status of the whole run (``main``), set by run_experiment.
@@ -316,18 +342,22 @@ class WorkerScheduler:
         self.paused = False
         self.loop_lag: list[dict[str, Any]] = []
         self.errors: list[str] = []
-        # Workers that died before they were done, and what became of their episodes.
+        # Workers that died or hung before they were done, and what became of their episodes.
         self.takeovers: list[dict[str, Any]] = []
-        self._links: list[asyncio.StreamWriter] = []
+        lease_s = float(((job.get("config") or {}).get("remote") or {}).get("lease_s") or LEASE_S)
+        self.book = LeaseBook(specs, lease_s)
+        self._processes: list[_Process] = []
+        self._orphans: set[asyncio.Task[int | None]] = set()
+        self._hung: dict[str, asyncio.Event] = {}  # per holder: set when it is taken over
         self._share: list[tuple[int, int]] = []  # per worker: (concurrency, episodes left)
         self.pids: dict[int, int] = {}  # worker slot -> the process playing it now
+        self.holders: dict[str, int] = {}  # every process's name in the lease book -> its pid
         # Per worker slot: its process's latest figures (``U`` frames: endpoints, turns in
         # flight), and the endpoint counts of the processes that slot lost.
         self._figures: dict[int, dict[str, Any]] = {}
         self._lost: list[list[dict[str, Any]]] = []
-        self._received: set[str] = set()
         self._begun: set[str] = set()
-        self._deaths: dict[str, int] = {}
+        self._generations: dict[int, int] = {}
         # The opening: worker slots not yet ready, the links of those that are (told ``G``
         # together), and the timer that opens anyway.
         self._opening: set[int] = set()
@@ -360,20 +390,32 @@ class WorkerScheduler:
     def resume(self) -> None:
         """Let every worker start episodes again."""
         self.paused = False
-        self._tell(frame(b"C"))
+        self._tell(frame(b"C"), orphans=False)
 
     def abort(self, episode: str, reason: str = "") -> bool:
         """Ask the worker playing ``episode`` to end it as ``aborted`` (``operator_abort``);
         False when it is not running (not begun, or already finished)."""
-        if episode not in self._begun or episode in self._received:
+        if episode not in self._begun or episode in self.book.received:
             return False
         self._tell(frame(b"A", json.dumps({"episode": episode, "reason": reason}).encode()))
         return True
 
-    def _tell(self, message: bytes) -> None:
-        for link in self._links:
-            with contextlib.suppress(Exception):
-                link.write(message)
+    def _tell(self, message: bytes, orphans: bool = True) -> None:
+        for process in self._processes:
+            if orphans or not process.orphan:
+                with contextlib.suppress(Exception):
+                    process.link.write(message)
+
+    def playing(self, holder: str) -> set[str]:
+        """The episodes process ``holder`` (a name in :attr:`holders`) began and has not sent."""
+        for process in self._processes:
+            if process.holder == holder:
+                return process.begun - self.book.received
+        return set()
+
+    def summary(self) -> dict[str, Any]:
+        """The run's lease book: jobs issued, taken over, duplicates dropped, given up."""
+        return {**self.book.summary(), "workers": self.workers}
 
     async def run(self, parent: trace.Span | None = None) -> None:
         if not self.specs:
@@ -393,6 +435,7 @@ class WorkerScheduler:
         run_key = signer.private_b64() if signer is not None else None
         recording: set[asyncio.Task[None]] = set()
         self._opening = set(range(n))
+        watching = asyncio.create_task(self._watch(), name="leases")
         try:
             async with anyio.create_task_group() as tg:
                 for i in range(n):
@@ -407,12 +450,44 @@ class WorkerScheduler:
                         "run_key": run_key,
                     }
                     tg.start_soon(self._keep, i, job, shards[i], recording)
+            await self._let_go()
         finally:
+            watching.cancel()
             self.close()
             if self._opening_timer is not None:
                 self._opening_timer.cancel()
+            for task in self._orphans:
+                task.cancel()
             if recording:
                 await asyncio.gather(*recording)
+
+    async def _watch(self) -> None:
+        """Every tick: a process whose heartbeats stopped for longer than its lease is taken
+        over; a tick that came late (this loop was busy) lets no lease run meanwhile."""
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = time.monotonic()
+            if now - last > 2 * TICK_S:
+                self.book.shift(now - last - TICK_S)
+            last = now
+            for holder in self.book.silent(now):
+                self._hung.setdefault(holder, asyncio.Event()).set()
+
+    async def _let_go(self) -> None:
+        """The run is over: processes taken over are told to stop; one still silent (stopped,
+        hung) is killed rather than waited for."""
+        for process in self._processes:
+            if process.orphan:
+                with contextlib.suppress(Exception):
+                    process.link.write(frame(b"S"))
+        now = time.monotonic()
+        for process in [p for p in self._processes if p.orphan]:
+            holder = self.book.holders.get(process.holder)
+            if holder is None or now - holder.last_seen > self.book.lease_s:
+                process.spawned.process.kill()
+        if self._orphans:
+            await asyncio.gather(*self._orphans, return_exceptions=True)
 
     def _arrived(self, i: int, link: asyncio.StreamWriter | None) -> None:
         """Worker slot ``i`` is ready (``link``: tell it ``G``) or gone (None); the opening
@@ -450,19 +525,24 @@ class WorkerScheduler:
         specs: list[EpisodeSpec],
         recording: set[asyncio.Task[None]],
     ) -> None:
-        """Worker ``i``'s share played to the end: a worker that dies is replaced by a fresh
-        process for its unfinished episodes, until they are all recorded.
+        """Worker ``i``'s share played to the end: a worker that dies, or hangs past its lease,
+        is replaced by a fresh process for its unfinished episodes, until they are all recorded.
 
-        The episodes that were being played when a process died are suspects. A process killed
-        from outside (out of memory, a signal) costs nothing more: its suspects are played again
-        with the rest. Episodes that were in flight at two deaths are played one at a time, each
-        alone in its process, before the rest; one that kills its process then is the cause,
-        and is recorded as ``error`` rather than played a fourth time.
+        The episodes that were being played when a process was lost are suspects (the lease
+        book counts their deaths). A process killed from outside (out of memory, a signal)
+        costs nothing more: its suspects are played again with the rest. Episodes in flight at
+        two losses are played one at a time, each alone in its process, before the rest; one
+        that is lost with its process then is the cause, and is recorded as ``error`` rather
+        than played a fourth time.
         """
         while specs:
-            alone = [s for s in specs if self._deaths.get(s.id, 0) >= ALONE_AFTER_DEATHS]
-            batch = alone or specs
-            begun: set[str] = set()
+            batch = self.book.alone(specs)
+            alone = batch is not specs
+            generation = self._generations[i] = self._generations.get(i, -1) + 1
+            holder = f"{i}.{generation}"
+            now = time.monotonic()
+            for spec in batch:
+                self.book.issue(spec, now, holder)
             run_job = {
                 **job,
                 "specs": [s.model_dump(mode="json") for s in batch],
@@ -470,126 +550,181 @@ class WorkerScheduler:
             }
             self._share[i] = (run_job["concurrency"], len(batch))
             self._update_running()
-            done, code = await self._drive(i, run_job, begun, recording)
-            left = [s for s in specs if s.id not in self._received]
+            process, code = await self._drive(i, holder, run_job, recording)
+            left = [s for s in specs if s.id not in self.book.received]
             if self.stopping:
                 return
-            if done:
+            if process.done:
                 specs = left
                 continue
-            if not begun:
-                # It died before it began anything (it could not start): another would too.
+            if not process.begun:
+                # It was lost before it began anything (it could not start): another would be.
+                how = "hung" if process.orphan else f"exited with code {code}"
                 self.errors.append(
-                    f"worker {i} exited with code {code} before it began an episode; "
+                    f"worker {i} {how} before it began an episode; "
                     f"{len(left)} episodes left for --resume"
                 )
                 return
-            for episode in begun - self._received:
-                self._deaths[episode] = self._deaths.get(episode, 0) + 1
-            given_up = [s for s in left if self._deaths.get(s.id, 0) >= MAX_DEATHS]
-            specs = [s for s in left if self._deaths.get(s.id, 0) < MAX_DEATHS]
-            self.takeovers.append(
-                {
-                    "worker": i,
-                    "exit_code": code,
-                    "unfinished": len(left),
-                    "given_up": sorted(s.id for s in given_up),
-                }
-            )
-            log.warning(
-                "worker %d exited with code %s before it finished; a new process takes over its "
-                "%d unfinished episodes",
-                i,
-                code,
-                len(specs),
-            )
-            for spec in given_up:
-                await self._give_up(spec, code)
+            specs = await self._take_over(process, code, left)
 
-    async def _give_up(self, spec: EpisodeSpec, code: int | None) -> None:
-        """Record an episode whose worker process died every time it was played."""
-        result = EpisodeResult(
-            spec=spec,
-            outcome="error",
-            reason=(
-                f"the worker process playing it died {MAX_DEATHS} times, the last time with "
-                f"no other episode in it (exit code {code})"
-            ),
-            reason_code="exception",
-            error=f"worker process exited with code {code} while playing this episode",
+    async def _take_over(
+        self, process: _Process, code: int | None, left: list[EpisodeSpec]
+    ) -> list[EpisodeSpec]:
+        """``process`` was lost with ``left`` unplayed: what a fresh process plays; the
+        episodes given up (poison) are recorded as errors."""
+        playing = process.begun - self.book.received
+        _, given_up = self.book.lost(process.holder, playing)
+        given = {s.id for s in given_up}
+        specs = [s for s in left if s.id not in given]
+        how = "stopped answering" if process.orphan else f"exited with code {code}"
+        self.takeovers.append(
+            {
+                "worker": process.slot,
+                "exit_code": code,
+                "hung": process.orphan,
+                "unfinished": len(left),
+                "given_up": sorted(given),
+            }
         )
-        self._received.add(spec.id)
-        await self._record(EncodedResult.of(result, self.options.run))
+        log.warning(
+            "worker %d %s before it finished; a new process takes over its %d unfinished episodes",
+            process.slot,
+            how,
+            len(specs),
+        )
+        detail = "it stopped answering" if process.orphan else f"exit code {code}"
+        for spec in given_up:
+            if self.book.result(spec.id):
+                await self._record(
+                    EncodedResult.of(self.book.poison(spec, detail), self.options.run)
+                )
+        return specs
 
     async def _drive(
-        self,
-        i: int,
-        job: dict[str, Any],
-        begun: set[str],
-        recording: set[asyncio.Task[None]],
-    ) -> tuple[bool, int | None]:
-        """Run one worker process over ``job``; whether it finished, and its exit code."""
+        self, i: int, holder: str, job: dict[str, Any], recording: set[asyncio.Task[None]]
+    ) -> tuple[_Process, int | None]:
+        """Run one worker process over ``job`` until it ends (its exit code) or is taken over
+        for silence (None: it is left to end as an orphan, its results dropped unless first)."""
         # The process started with the scheduler, the first time; a fresh one to take over.
         worker = self._spawned.pop(i, None) or Spawned(self._preload)
-        self.pids[i] = worker.process.pid
+        self.pids[i] = self.holders[holder] = worker.process.pid
         reader, link = await asyncio.open_unix_connection(sock=worker.sock)
-        self._links.append(link)
-        done = False
+        process = _Process(i, holder, worker, link)
+        self._processes.append(process)
         # The run's first process in this slot waits for the others (the opening); a process
         # taking over, or one started after the opening, starts at once.
         job = {**job, "opening": i in self._opening}
+        link.write(frame(b"J", json.dumps(job).encode()))
+        if self.stopping:
+            link.write(frame(b"S"))
+        if self.paused:  # a process taking over while the run is paused starts paused
+            link.write(frame(b"P"))
+        reading = asyncio.create_task(self._read(process, reader, recording))
+        hung = self._hung.setdefault(holder, asyncio.Event())
+        waiting = asyncio.create_task(hung.wait())
+        await asyncio.wait({reading, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if reading.done():
+            return process, reading.result()
+        # Taken over: it starts nothing more, and the results it still sends count only where
+        # they come first (see _read); the run's end stops it.
+        process.orphan = True
+        with contextlib.suppress(Exception):
+            link.write(frame(b"P"))
+        self._orphans.add(reading)
+        reading.add_done_callback(self._orphans.discard)
+        self._slot_gone(i, link, lost=True)
+        return process, None
+
+    def _slot_gone(self, i: int, link: asyncio.StreamWriter, lost: bool) -> None:
+        """Slot ``i``'s process is no longer the one playing its share."""
+        if link in self._ready:
+            self._ready.remove(link)
+        self._arrived(i, None)  # a worker gone before it was ready holds nobody back
+        if lost:
+            self._lose_figures(i)
+        self._share[i] = (self._share[i][0], 0)
+        self._update_running()
+
+    async def _read(
+        self, process: _Process, reader: asyncio.StreamReader, recording: set[asyncio.Task[None]]
+    ) -> int | None:
+        """The frames of ``process`` until its stream ends; its exit code."""
+        i, link = process.slot, process.link
+        beats = asyncio.create_task(self._take_beats(process))
         try:
-            link.write(frame(b"J", json.dumps(job).encode()))
-            if self.stopping:
-                link.write(frame(b"S"))
-            if self.paused:  # a process taking over while the run is paused starts paused
-                link.write(frame(b"P"))
-            # A process that died before its job reached it: the read below finds it gone.
             with contextlib.suppress(ConnectionError):
-                await link.drain()
+                await link.drain()  # (one that died before its job reached it: read below)
             while True:
                 try:
                     kind, payload = await read_frame(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     break
-                if kind == b"Y":
-                    self._arrived(i, link)
+                if kind == b"R":
+                    self._took(process, unpack_result(payload), recording)
                 elif kind == b"B":
-                    begun.add(payload.decode())
+                    process.begun.add(payload.decode())
                     self._begun.add(payload.decode())
-                elif kind == b"R":
-                    result = unpack_result(payload)
-                    self._received.add(result.record["episode"])
-                    concurrency, left = self._share[i]
-                    self._share[i] = (concurrency, left - 1)
-                    self._update_running()
-                    # Written and fsynced in its own task: reading the next one goes on.
-                    task = asyncio.create_task(self._record(result))
-                    recording.add(task)
-                    task.add_done_callback(recording.discard)
+                elif process.orphan:
+                    continue  # its figures, readiness and report are no longer the slot's
+                elif kind == b"Y":
+                    self._arrived(i, link)
                 elif kind == b"U":
                     self._figures[i] = json.loads(payload)
                 elif kind == b"D":
                     report = json.loads(payload)
                     self._figures[i] = report.get("figures", {})
                     self.loop_lag.append({"worker": i, **report["loop_lag"]})
-                    done = True
+                    process.done = True
                 elif kind == b"E":
                     self.errors.append(f"worker {i} failed: {payload.decode(errors='replace')}")
         finally:
-            if link in self._ready:
-                self._ready.remove(link)
-            self._arrived(i, None)  # a worker gone before it was ready holds nobody back
-            if not done:
-                self._lose_figures(i)
-            self._share[i] = (self._share[i][0], 0)
-            self._update_running()
-            self._links.remove(link)
+            beats.cancel()
+            if not process.orphan:
+                self._slot_gone(i, link, lost=not process.done)
+            self._processes.remove(process)
             link.close()
             with contextlib.suppress(Exception):
                 await link.wait_closed()
-            code: int | None = await worker.wait(30)
-        return done, code
+            code: int | None = await process.spawned.wait(30)
+        return code
+
+    def _took(
+        self, process: _Process, result: EncodedResult, recording: set[asyncio.Task[None]]
+    ) -> None:
+        """A finished episode from ``process``: recorded if it is the first for its episode."""
+        episode = result.record["episode"]
+        if result.record["outcome"] == "cancelled" and not self.stopping:
+            return  # a taken-over process stopped it; its new process plays it
+        first = self.book.result(episode)  # (a duplicate is counted by the book)
+        if process.orphan and not (process.begun - self.book.received):
+            with contextlib.suppress(Exception):
+                process.link.write(frame(b"S"))  # nothing left that it alone plays
+        if not first:
+            return
+        if not process.orphan:
+            concurrency, left = self._share[process.slot]
+            self._share[process.slot] = (concurrency, left - 1)
+            self._update_running()
+        # Written and fsynced in its own task: reading the next one goes on.
+        task = asyncio.create_task(self._record(result))
+        recording.add(task)
+        task.add_done_callback(recording.discard)
+
+    async def _take_beats(self, process: _Process) -> None:
+        """The heartbeats of ``process``, from its own thread, into the lease book."""
+        reader, writer = await asyncio.open_unix_connection(sock=process.spawned.beats)
+        try:
+            while True:
+                _, payload = await read_frame(reader)
+                beat = json.loads(payload)
+                self.book.beat(
+                    process.holder, beat["held"], time.monotonic(), lag_s=beat.get("lag_s", 0.0)
+                )
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return
+        finally:
+            writer.close()
 
     def turns_in_flight(self) -> int:
         """Turns of the episodes the workers are playing, as they last reported."""
@@ -638,9 +773,10 @@ class _FrameSink:
     returns once the frame is handed to the socket.
     """
 
-    def __init__(self, link: asyncio.StreamWriter, run: str, metrics: bool) -> None:
+    def __init__(self, link: asyncio.StreamWriter, run: str, metrics: bool, held: Held) -> None:
         self.link = link
         self.run = run
+        self.held = held
         # What the run's metrics need of an episode; None when tracing is off.
         self.summary: Callable[[EpisodeResult], dict[str, Any]] | None = None
         if metrics:
@@ -672,6 +808,9 @@ class _FrameSink:
                 future.set_exception(exc)
             else:
                 future.set_result(None)
+            finally:
+                # Its heartbeats name it until its result is with the parent, not before.
+                self.held.discard("", result.spec.id)
             await pacer.breathe()
 
     async def close(self) -> None:
@@ -702,11 +841,14 @@ async def _listen(reader: asyncio.StreamReader, scheduler: Scheduler, go: asynci
 
 
 async def play_job(
-    job: dict[str, Any], reader: asyncio.StreamReader, link: asyncio.StreamWriter
+    job: dict[str, Any], reader: asyncio.StreamReader, link: asyncio.StreamWriter, held: Held
 ) -> dict[str, Any]:
-    """Play one worker's share of a run; returns its report (its loop lag)."""
+    """Play one worker's share of a run; returns its report (its loop lag). ``held`` is what
+    its heartbeats name: every episode of the job until its result is sent."""
     config = ExperimentConfig.model_validate(job["config"])
     specs = [EpisodeSpec.model_validate(s) for s in job["specs"]]
+    for spec in specs:
+        held.add("", spec.id)
     run_id, worker = job["run"], job["worker"]
     url = job["bus"]
     tracing = Tracing(
@@ -724,7 +866,7 @@ async def play_job(
     options.memory_store = open_memory_store(config, Path(job["folder"]), specs)
     if job.get("run_key"):
         options.signer = RunKey.from_b64(job["run_key"])
-    sink = _FrameSink(link, run_id, metrics=config.tracing.enabled)
+    sink = _FrameSink(link, run_id, metrics=config.tracing.enabled, held=held)
     scheduler = Scheduler(
         specs,
         the_bus,
@@ -788,7 +930,7 @@ async def play_job(
     return {"loop_lag": lag, "figures": last}
 
 
-def worker_bus_url(url: str, worker: int) -> str:
+def worker_bus_url(url: str, worker: int | str) -> str:
     """The bus URL for worker ``worker``: a client id chosen in the URL gets a suffix, since two
     connections with one client id would throw each other off the broker."""
     if "client_id=" not in url:
@@ -800,7 +942,8 @@ def worker_bus_url(url: str, worker: int) -> str:
     return urlunsplit(parts._replace(query=urlencode(query)))
 
 
-async def _serve(fd: int) -> int:
+async def _serve(fd: int, held: Held, heartbeat: Heartbeat) -> int:
+    heartbeat.watch(asyncio.get_running_loop())
     sock = socket.socket(fileno=fd)
     reader, link = await asyncio.open_unix_connection(sock=sock)
     try:
@@ -810,7 +953,7 @@ async def _serve(fd: int) -> int:
     if kind != b"J":
         return 1
     try:
-        report = await play_job(json.loads(payload), reader, link)
+        report = await play_job(json.loads(payload), reader, link, held)
         link.write(frame(b"D", json.dumps(report).encode()))
         code = 0
     except Exception:
@@ -825,18 +968,31 @@ async def _serve(fd: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``FD [--games G,G] [--modules M,M]``: serve the parent on socket ``FD``, after importing
-    the games and modules named (while the parent is still setting the run up)."""
+    """``FD BEATS [--games G,G] [--modules M,M]``: serve the parent on socket ``FD`` and send
+    heartbeats on ``BEATS``, after importing the games and modules named (while the parent is
+    still setting the run up)."""
     args = sys.argv[1:] if argv is None else argv
     # Ctrl-C reaches the whole process group: the parent decides, and tells us with a frame.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.WARNING, format="worker %(process)d: %(message)s")
-    named = dict(zip(args[1::2], args[2::2], strict=False))
+    named = dict(zip(args[2::2], args[3::2], strict=False))
+    held = Held()
+    beats = socket.socket(fileno=int(args[1]))
+
+    def beat(lag_s: float) -> None:
+        beats.sendall(frame(b"H", json.dumps({"held": held.names(""), "lag_s": lag_s}).encode()))
+
+    # Beating from the start: the imports below and the setup take a while, and this process
+    # is alive all along.
+    heartbeat = Heartbeat(beat).start()
     _preload(
         [g for g in named.get("--games", "").split(",") if g],
         [m for m in named.get("--modules", "").split(",") if m],
     )
-    return event_loop.run(_serve(int(args[0])))
+    try:
+        return event_loop.run(_serve(int(args[0]), held, heartbeat))
+    finally:
+        heartbeat.stop()
 
 
 if __name__ == "__main__":

@@ -144,7 +144,7 @@ async def test_an_episode_that_kills_its_worker_twice_is_an_error_and_the_run_fi
     assert sorted(by_seed) == list(range(12))
     assert by_seed[5]["outcome"] == "error"
     assert by_seed[5]["reason_code"] == "exception"
-    assert "died 3 times" in by_seed[5]["reason"]
+    assert "lost 3 times" in by_seed[5]["reason"]
     assert all(r["outcome"] == "success" for seed, r in by_seed.items() if seed != 5)
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert [t["worker"] for t in run["takeovers"]] == [1, 1, 1]
