@@ -16,6 +16,7 @@ import pytest
 from parley.agents.backends.simserver import SimServerProcess
 from parley.bus import codec, topics
 from parley.bus.messages import RunStatus
+from parley.records import EpisodeRecord
 from parley.runtime.config import load_config
 from parley.runtime.scheduler import Scheduler, run_experiment
 from parley.runtime.status import model_tokens, status_line
@@ -49,24 +50,25 @@ def _config(sim: SimServerProcess, **top: Any) -> Any:
     return load_config(config)
 
 
-def _check_final(status: RunStatus, records: list[dict[str, Any]]) -> None:
+def _check_final(status: RunStatus, records: list[EpisodeRecord]) -> None:
     """The last status counts what the run recorded, by outcome, with its tokens and cost."""
     assert status.final
-    assert status.done == dict(Counter(r["outcome"] for r in records))
+    assert status.done == dict(Counter(r.outcome for r in records))
     assert status.finished == status.planned == len(records)
     assert status.running == 0
-    assert status.failed == sum(r["outcome"] == "error" for r in records)
+    assert status.failed == sum(r.outcome == "error" for r in records)
     assert status.eta_s == 0.0
     used = Counter[str]()
     for r in records:
-        for tokens in model_tokens(r["spec"]["players"], r["tokens"]).values():
+        by_role = {role: t.model_dump() for role, t in r.tokens.items()}
+        for tokens in model_tokens(r.spec["players"], by_role).values():
             used.update(input=tokens[0], output=tokens[1])
     assert used["input"] > 0
     assert status.tokens == {"input": used["input"], "output": used["output"]}
     # Only the solver has a price.
     solver = Counter[str]()
     for r in records:
-        solver.update(r["tokens"]["solver"])
+        solver.update(input=r.tokens["solver"].input, output=r.tokens["solver"].output)
     expected = (solver["input"] * PRICE["input_per_mtok"] + solver["output"] * 15.0) / 1e6
     assert status.cost_usd == pytest.approx(expected, rel=1e-6)
 

@@ -320,5 +320,5 @@ def test_an_episode_whose_record_cannot_be_encoded_goes_back_as_an_error() -> No
     assert unpack_result(pack_result(encoded)).record == encoded.record
     fine = EpisodeResult(spec=spec, outcome="success", turns=3)
     encoded = EncodedResult.safely(fine, "run-1")
-    assert encoded.record_json == json.dumps(fine.record("run-1"))
+    assert encoded.record_json == fine.record("run-1").json_line()
     assert encoded.record["outcome"] == "success"
