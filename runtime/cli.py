@@ -10,19 +10,24 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.live import Live
 from rich.table import Table
 
 from parley import event_loop
 from parley.memory.across import MemoryStoreError
 from parley.records import NewerSchema
-from parley.runtime.config import ConfigError
+from parley.runtime.config import ConfigError, ExperimentConfig
 from parley.runtime.preflight import add_check_command, add_run_arguments, check_before_run
 from parley.runtime.quick_config import EXAMPLES, command_words, run_config
 from parley.runtime.quick_config import add_arguments as add_model_arguments
+
+if TYPE_CHECKING:
+    from parley.observability.dashboard.server import Dashboard
+    from parley.runtime.run_display import RunDisplay
+    from parley.runtime.run_scheduler import RunScheduler
+    from parley.runtime.scheduler import RunOutcome
 
 console = Console(stderr=True)
 
@@ -34,6 +39,7 @@ def say_error(text: str) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """``parley run``: check, play, report, and say how it went (the exit code: EXIT_*)."""
     # The config first: a bad one is refused before the runtime (schedulers, model clients,
     # tracing) is imported, without waiting for those imports.
     overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
@@ -46,21 +52,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     _warn_broken_plugins()  # after the config: loading every game takes a while
     if (refused := check_before_run(config, args)) is not None:  # parley check, first
         return refused
-
-    from parley.bus.messages import RunStatus
-    from parley.runtime.remote import RemoteScheduler
-    from parley.runtime.report import failed_models, failure_reasons, summary_rows, write_report
-    from parley.runtime.results import RunFolderError
-    from parley.runtime.scheduler import RunOutcome, Scheduler, run_experiment
-    from parley.runtime.status import (
-        LOG_EVERY_S,
-        pairing_fields,
-        progress_fields,
-        rate_fields,
-        status_line,
-    )
-    from parley.runtime.workers import WorkerScheduler
-
     if args.credentials:  # a credentials file from parley broker --secure: its URL, user, CA
         from parley.runtime.remote_worker import worker_url
 
@@ -71,132 +62,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if problem is not None:
         say_error(str(problem))
         return 1
-    state: dict[str, Scheduler | WorkerScheduler | RemoteScheduler] = {}
-
-    def latest() -> RunStatus | None:
-        """The run's status as last published (runtime/status.py): what the display shows."""
-        sched = state.get("s")
-        publisher = sched.status if sched is not None else None
-        return publisher.latest if publisher is not None else None
-
-    def status() -> Table:
-        table = Table.grid(padding=(0, 2))
-        now = latest()
-        if now is None:
-            table.add_row("starting…")
-            return table
-        progress = [
-            f"[red]{f}[/]" if f.startswith("failed") and now.failed else f
-            for f in progress_fields(now)
-        ]
-        rates = [
-            f"[yellow]{f}[/]" if f.startswith("429s") and not f.startswith("429s 0,") else f
-            for f in rate_fields(now)
-        ]
-        # One line of figures a row (wrapped by rich where the terminal is narrow).
-        table.add_row(f"[bold]{config.name}[/]", "  ".join(progress))
-        table.add_row("", "  ".join(rates))
-        for pairing in pairing_fields(now, limit=8):  # success so far by pairing
-            table.add_row("", pairing)
-        waiting = getattr(state.get("s"), "waiting", None)  # workers: remote, none there
-        if waiting:
-            table.add_row("", f"[yellow]{waiting}[/]")
-        return table
-
-    async def main() -> RunOutcome:
-        loop = asyncio.get_running_loop()
-        interrupts = 0
-        dashboard: dict[str, Any] = {}  # "d": the embedded dashboard; "leave": its last wait
-
-        def on_signal() -> None:
-            nonlocal interrupts
-            if "leave" in dashboard:  # the run is over; only the dashboard was left
-                dashboard["leave"].set()
-                return
-            interrupts += 1
-            if interrupts > 1:
-                raise SystemExit(130)
-            console.print("[yellow]interrupted: recording running episodes as cancelled…[/]")
-            if "s" in state:
-                state["s"].stop()
-
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, on_signal)
-        show = not args.quiet and console.is_terminal
-        # Not transient: the last figures stay on the screen above the results.
-        live = Live(status(), console=console, refresh_per_second=4, transient=False)
-        if show:
-            live.start()
-
-        async def refresh() -> None:
-            while True:
-                live.update(status())
-                await asyncio.sleep(0.25)
-
-        async def log_lines() -> None:
-            # Outside a terminal (nohup, Slurm): a line now and then instead of a live table,
-            # the first as soon as the run has a status (a log shows the run has started).
-            while True:
-                now = latest()
-                if now is None:
-                    await asyncio.sleep(0.1)
-                    continue
-                print(status_line(now), file=sys.stderr, flush=True)
-                await asyncio.sleep(args.log_every or LOG_EVERY_S)
-
-        ticker = None
-        if not args.quiet:
-            ticker = asyncio.create_task(refresh() if show else log_lines())
-        dashboard_started: list[asyncio.Task[None]] = []
-
-        def started(scheduler: Scheduler | WorkerScheduler | RemoteScheduler) -> None:
-            state["s"] = scheduler
-            if args.dashboard is not None:
-                dashboard_started.append(
-                    asyncio.create_task(serve_dashboard(scheduler, config, out, args, dashboard))
-                )
-
-        try:
-            outcome = await run_experiment(
-                config,
-                out,
-                resume=args.resume or args.retry_errors,
-                bus_url=args.bus,
-                concurrency=args.concurrency,
-                on_start=started,
-                retry_errors=args.retry_errors,
-                force_resume=args.force_resume,
-            )
-            if show:
-                live.update(status(), refresh=True)  # the final figures
-            elif not args.quiet and (now := latest()) is not None:
-                print(status_line(now), file=sys.stderr, flush=True)  # the final figures
-            if dashboard and sys.stdin.isatty() and not interrupts:
-                # Someone is at the terminal: the finished episodes stay there to look at.
-                if ticker is not None:
-                    ticker.cancel()
-                if show:
-                    live.stop()
-                console.print(
-                    f"the run is over; the dashboard stays at {dashboard['d'].url} until Ctrl-C",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-                leave = asyncio.Event()
-                dashboard["leave"] = leave
-                await leave.wait()
-            return outcome
-        finally:
-            if dashboard:
-                await dashboard["d"].stop()
-            if ticker is not None:
-                ticker.cancel()
-            if show:
-                live.stop()
-
     resume = resume_command(args, out)
+    outcome = _played(config, out, args, resume)
+    if isinstance(outcome, int):
+        return outcome
+    report = _run_report(outcome, args)
+    return _say_results(outcome, report, resume)
+
+
+def _played(
+    config: ExperimentConfig, out: Path, args: argparse.Namespace, resume: str
+) -> RunOutcome | int:
+    """The run, played to its end; or the exit code of one refused or stopped because its
+    folder is in use, was made by another config, or cannot be written."""
+    from parley.runtime.results import RunFolderError
+
     try:
-        outcome = event_loop.run(main())
+        return event_loop.run(_play_run(config, out, args))
     except RunFolderError as exc:  # in use by another run, or made by another config
         say_error(str(exc))
         return 1
@@ -211,23 +93,133 @@ def _cmd_run(args: argparse.Namespace) -> int:
             resume,
         )
         return 1
-    # The results are safe on disk by now; the report (tables, intervals, plots) comes after
-    # them, and --no-report leaves it to `parley report` (benchmarks time the run alone).
+
+
+class _RunSession:
+    """What ``parley run`` holds while its run plays: the scheduler once the run has one (for
+    ``display`` too), the dashboard served from this process (``--dashboard``), and Ctrl-C (or
+    SIGTERM): the first stops the run, its running episodes recorded as cancelled; a second
+    exits at once. Once the run is over and only the dashboard is left, Ctrl-C ends that wait."""
+
+    def __init__(
+        self, config: ExperimentConfig, out: Path, args: argparse.Namespace, display: RunDisplay
+    ) -> None:
+        self.config = config
+        self.out = out
+        self.args = args
+        self.display = display
+        self.scheduler: RunScheduler | None = None
+        self.dashboard: Dashboard | None = None
+        self.interrupts = 0
+        self._leave: asyncio.Event | None = None  # set: the last wait for the dashboard ends
+        self._serving: list[asyncio.Task[None]] = []  # held, or the loop may drop the task
+
+    def catch_signals(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.on_signal)
+
+    def on_signal(self) -> None:
+        if self._leave is not None:  # the run is over; only the dashboard was left
+            self._leave.set()
+            return
+        self.interrupts += 1
+        if self.interrupts > 1:
+            raise SystemExit(130)
+        console.print("[yellow]interrupted: recording running episodes as cancelled…[/]")
+        if self.scheduler is not None:
+            self.scheduler.stop()
+
+    def started(self, scheduler: RunScheduler) -> None:
+        """The run has its scheduler (run_experiment's ``on_start``)."""
+        self.scheduler = scheduler
+        self.display.scheduler = scheduler
+        if self.args.dashboard is not None:
+            self._serving.append(asyncio.create_task(self._serve(scheduler)))
+
+    async def _serve(self, scheduler: RunScheduler) -> None:
+        self.dashboard = await serve_dashboard(scheduler, self.config, self.out, self.args)
+
+    def stays(self) -> bool:
+        """Whether the dashboard stays once the run is over: someone is at the terminal."""
+        return self.dashboard is not None and sys.stdin.isatty() and not self.interrupts
+
+    async def stay(self) -> None:
+        """Keep the dashboard, with the finished episodes, until Ctrl-C."""
+        assert self.dashboard is not None
+        console.print(
+            f"the run is over; the dashboard stays at {self.dashboard.url} until Ctrl-C",
+            highlight=False,
+            soft_wrap=True,
+        )
+        self._leave = asyncio.Event()
+        await self._leave.wait()
+
+    async def close(self) -> None:
+        if self.dashboard is not None:
+            await self.dashboard.stop()
+
+
+async def _play_run(config: ExperimentConfig, out: Path, args: argparse.Namespace) -> RunOutcome:
+    """The run, with its progress display, its dashboard and Ctrl-C."""
+    from parley.runtime.run_display import RunDisplay
+    from parley.runtime.scheduler import run_experiment
+
+    display = RunDisplay(console, config.name, quiet=args.quiet, log_every_s=args.log_every)
+    session = _RunSession(config, out, args, display)
+    session.catch_signals()
+    display.start()
+    try:
+        outcome = await run_experiment(
+            config,
+            out,
+            resume=args.resume or args.retry_errors,
+            bus_url=args.bus,
+            concurrency=args.concurrency,
+            on_start=session.started,
+            retry_errors=args.retry_errors,
+            force_resume=args.force_resume,
+        )
+        display.show_final()
+        if session.stays():
+            display.stop()
+            await session.stay()
+        return outcome
+    finally:
+        await session.close()
+        display.stop()
+
+
+def _run_report(outcome: RunOutcome, args: argparse.Namespace) -> Path | str:
+    """The run's report.md (its path, or why there is none) and its summary table on stdout.
+
+    The results are safe on disk by now; the report (tables, intervals, plots) comes after
+    them, and --no-report leaves it to `parley report` (benchmarks time the run alone)."""
+    from parley.runtime.report import summary_rows, write_report
+
     report: Path | str = f"not written; parley report {outcome.folder.path}"
-    if not getattr(args, "no_report", False):
-        try:
-            report = write_report(outcome.folder.path)
-        except OSError as exc:  # the records are safe: a report that cannot be written waits
-            report = f"not written ({exc.strerror or exc}); parley report {outcome.folder.path}"
-        header, rows = summary_rows(outcome.records)
-        table = Table(title=f"run {outcome.run_id}")
-        for name in header:
-            # fold, never "…": a narrow terminal wraps game names and intervals instead
-            left = name in ("game", "pairing")
-            table.add_column(name, justify="left" if left else "right", overflow="fold")
-        for row in rows:
-            table.add_row(*row)
-        Console(width=None if sys.stdout.isatty() else 200).print(table)
+    if getattr(args, "no_report", False):
+        return report
+    try:
+        report = write_report(outcome.folder.path)
+    except OSError as exc:  # the records are safe: a report that cannot be written waits
+        report = f"not written ({exc.strerror or exc}); parley report {outcome.folder.path}"
+    header, rows = summary_rows(outcome.records)
+    table = Table(title=f"run {outcome.run_id}")
+    for name in header:
+        # fold, never "…": a narrow terminal wraps game names and intervals instead
+        left = name in ("game", "pairing")
+        table.add_column(name, justify="left" if left else "right", overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    return report
+
+
+def _say_results(outcome: RunOutcome, report: Path | str, resume: str) -> int:
+    """How the run went, what ended in error and how to go on; the exit code of the run."""
+    from parley.runtime.report import failed_models, failure_reasons
+
     p = outcome.progress
     lag = max((x["p99_ms"] for x in outcome.loop_lag), default=0.0)
     console.print(
@@ -261,6 +253,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
             markup=False,
             soft_wrap=True,
         )
+    return _run_exit(outcome, bool(dead), resume)
+
+
+def _run_exit(outcome: RunOutcome, dead: bool, resume: str) -> int:
+    """The exit code of ``parley run`` (and how to continue a run that did not finish);
+    ``dead``: every episode of some model, or of the run, ended in error."""
     if outcome.errors:
         _say_resume("some episodes were not played; continue with:", resume)
         return EXIT_FAILED
@@ -305,23 +303,24 @@ def resume_command(args: argparse.Namespace, out: Path) -> str:
 
 
 async def serve_dashboard(
-    scheduler: Any, config: Any, out: Path, args: argparse.Namespace, into: dict[str, Any]
-) -> None:
-    """``parley run --dashboard``: serve the dashboard from the run's process, print its URL."""
+    scheduler: RunScheduler, config: ExperimentConfig, out: Path, args: argparse.Namespace
+) -> Dashboard | None:
+    """``parley run --dashboard``: serve the dashboard from the run's process, print its URL;
+    None when it cannot be served (the run goes on without it)."""
     from parley.observability.dashboard.embed import start_embedded
     from parley.observability.dashboard.server import DashboardError
 
     port = args.dashboard or config.dashboard.port
     host = config.dashboard.host
     try:
-        into["d"] = await start_embedded(scheduler, out, name=config.name, host=host, port=port)
+        dashboard = await start_embedded(scheduler, out, name=config.name, host=host, port=port)
     except DashboardError as exc:
         console.print(f"[yellow]{exc}; the run goes on without it[/]", highlight=False)
-        return
-    console.print(f"dashboard: {into['d'].url}", highlight=False, soft_wrap=True)
+        return None
+    console.print(f"dashboard: {dashboard.url}", highlight=False, soft_wrap=True)
     # Human players at browser seats (docs/humans.md): a link for each, to hand to its person.
-    seats = into["d"].seats
-    planned = seats.plan(scheduler.options.run, getattr(scheduler, "specs", []))
+    seats = dashboard.seats
+    planned = seats.plan(scheduler.options.run, scheduler.specs)
     if planned and getattr(scheduler, "bus", None) is None:
         console.print(
             "[yellow]human seats need the run's bus, which this dashboard does not see with "
@@ -337,6 +336,7 @@ async def serve_dashboard(
                 highlight=False,
                 soft_wrap=True,
             )
+    return dashboard
 
 
 def recording_failure(exc: BaseException) -> BaseException | None:
@@ -829,15 +829,35 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``parley`` parser. ``command``: the subcommand about to run, where known; the
     arguments of ``worker`` and ``sim-server`` come from modules that import the whole runtime
     or a web server, so only that command's parser loads them (``parley run`` starts faster)."""
-
-    def wanted(name: str) -> bool:
-        return command is None or command == name
-
     parser = argparse.ArgumentParser(
         prog="parley", description="Play many multi-agent game episodes at once."
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
+    _add_run_command(sub)
+    add_check_command(sub)  # parley check CONFIG
+    from parley.runtime.plan import add_plan_command
+
+    add_plan_command(sub)  # parley plan CONFIG
+
+    _add_game_commands(sub)
+    _add_run_folder_commands(sub)
+    _add_dashboard_command(sub)
+    _add_broker_command(sub)
+    _add_process_commands(sub, command)
+
+    from parley.agents.backends import cache as response_cache
+
+    cache = sub.add_parser(
+        "cache", help="the response cache of `cache: true` runs: stats or clear [PATH]"
+    )
+    response_cache.add_arguments(cache)
+    cache.set_defaults(fn=response_cache.run_from_args)
+    return parser
+
+
+def _add_run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``parley run``."""
     run = sub.add_parser(
         "run",
         help="run an experiment config, or games with a model (--model)",
@@ -902,11 +922,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     add_run_arguments(run)  # --no-check, --check-timeout
     run.set_defaults(fn=_cmd_run)
-    add_check_command(sub)  # parley check CONFIG
-    from parley.runtime.plan import add_plan_command
 
-    add_plan_command(sub)  # parley plan CONFIG
 
+def _add_game_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``parley games``, ``check-game`` and ``instances``: the games themselves."""
     games = sub.add_parser("games", help="list the games and their roles")
     games.set_defaults(fn=_cmd_games)
 
@@ -949,6 +968,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     instances.add_argument("--out", required=True, help="JSONL file to write")
     instances.set_defaults(fn=_cmd_instances)
 
+
+def _add_run_folder_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The commands that read a run folder: ``report``, ``export``, ``leaks``, ``errors``,
+    ``traces``."""
     report = sub.add_parser("report", help="print and write the report of a run folder")
     report.add_argument("run", help="run folder")
     report.set_defaults(fn=_cmd_report)
@@ -1015,6 +1038,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     traces_export.set_defaults(fn=_cmd_traces)
 
+
+def _add_dashboard_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``parley dashboard``."""
     dashboard = sub.add_parser(
         "dashboard", help="watch the runs on a broker, and finished runs in a folder, in a browser"
     )
@@ -1041,6 +1067,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     dashboard.set_defaults(fn=_cmd_dashboard)
 
+
+def _add_broker_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``parley broker``."""
     broker = sub.add_parser(
         "broker",
         help="start Mosquitto: anonymous on loopback (the project config), or with --secure DIR "
@@ -1084,11 +1113,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     broker.set_defaults(fn=_cmd_broker)
 
+
+def _add_process_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], command: str | None
+) -> None:
+    """``parley worker`` and ``sim-server``: their arguments only where ``command`` is theirs
+    (or unknown), as :func:`build_parser` says."""
     worker = sub.add_parser(
         "worker",
         help="play the episodes of distributed runs (workers: remote) from a broker",
     )
-    if wanted("worker"):
+    if command in (None, "worker"):
         from parley.runtime.remote_worker import add_arguments as worker_arguments
 
         worker_arguments(worker)
@@ -1098,20 +1133,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "sim-server",
         help="a stand-in model server (OpenAI and Anthropic APIs) for tests without GPUs or keys",
     )
-    if wanted("sim-server"):
+    if command in (None, "sim-server"):
         from parley.agents.backends.simserver import add_arguments as sim_arguments
 
         sim_arguments(sim)
     sim.set_defaults(fn=_cmd_sim_server)
-
-    from parley.agents.backends import cache as response_cache
-
-    cache = sub.add_parser(
-        "cache", help="the response cache of `cache: true` runs: stats or clear [PATH]"
-    )
-    response_cache.add_arguments(cache)
-    cache.set_defaults(fn=response_cache.run_from_args)
-    return parser
 
 
 # The commands that list or play games: a game plugin that failed to load is named first

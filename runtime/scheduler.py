@@ -33,8 +33,7 @@ from parley.runtime.results import RecordingFailed, ResultWriter, RunFolder
 from parley.runtime.status import StatusPublisher, model_tokens, pairing_key, usd_prices
 
 if TYPE_CHECKING:
-    from parley.runtime.remote import RemoteScheduler
-    from parley.runtime.workers import WorkerScheduler
+    from parley.runtime.run_scheduler import RunScheduler
 
 
 @dataclass
@@ -370,6 +369,11 @@ class Scheduler:
         finished episodes' turns)."""
         return sum(runner.result.turns for runner in self._running)
 
+    def endpoint_figures(self) -> list[list[dict[str, Any]]]:
+        """This process's endpoints (the run status's), once its model pool is open."""
+        status = getattr(self.options.models, "endpoint_status", None)
+        return [status()] if status is not None else []
+
     async def _play(self, spec: EpisodeSpec, parent: trace.Span | None) -> EpisodeResult:
         runner = EpisodeRunner(spec, self.bus, self.host, self.options)
         if self.on_begin is not None:
@@ -474,9 +478,7 @@ def open_memory_store(
     return SQLiteEpisodeStore(Path(where.path) if where.path else folder / "memory.sqlite")
 
 
-async def _unless_stopped(
-    work: Coroutine[Any, Any, Any], scheduler: Scheduler | WorkerScheduler | RemoteScheduler
-) -> None:
+async def _unless_stopped(work: Coroutine[Any, Any, Any], scheduler: RunScheduler) -> None:
     """Await ``work`` (a batch the run waits for, hours at worst) until the run is stopped
     (Ctrl-C: :meth:`Scheduler.stop`), which cancels it; the scheduler then ends at once."""
     task = asyncio.ensure_future(work)
@@ -494,22 +496,6 @@ async def _unless_stopped(
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-
-
-def _endpoint_source(
-    scheduler: Scheduler | WorkerScheduler | RemoteScheduler, options: EpisodeOptions
-) -> Callable[[], list[list[dict[str, Any]]]]:
-    """Where the run status reads the endpoints: the workers' figures, or this process's
-    model pool once it is open."""
-    figures = getattr(scheduler, "endpoint_figures", None)
-    if figures is not None:
-        return figures
-
-    def pool() -> list[list[dict[str, Any]]]:
-        status = getattr(options.models, "endpoint_status", None)
-        return [status()] if status is not None else []
-
-    return pool
 
 
 # ``workers: auto`` plays a run of fewer episodes than this in one process: a worker process
@@ -562,7 +548,7 @@ async def run_experiment(
     resume: bool = False,
     bus_url: str | None = None,
     concurrency: int | None = None,
-    on_start: Callable[[Scheduler | WorkerScheduler | RemoteScheduler], None] | None = None,
+    on_start: Callable[[RunScheduler], None] | None = None,
     on_result: Callable[[EpisodeResult], None] | None = None,
     retry_errors: bool = False,
     force_resume: bool = False,
@@ -619,22 +605,19 @@ async def _run_in_folder(
     specs: list[EpisodeSpec],
     bus_url: str | None,
     concurrency: int | None,
-    on_start: Callable[[Scheduler | WorkerScheduler | RemoteScheduler], None] | None,
+    on_start: Callable[[RunScheduler], None] | None,
     on_result: Callable[[EpisodeResult], None] | None,
     retry_errors: bool,
 ) -> RunOutcome:
     """:func:`run_experiment` once its folder is prepared and locked."""
-    from parley.runtime.remote import RemoteScheduler
-    from parley.runtime.workers import WorkerScheduler, discard_prestarted, preload_args
+    from parley.runtime.workers import WorkerScheduler, discard_prestarted
 
-    remote = config.workers == "remote"
     finished = folder.finished_ids()
     if retry_errors:
         finished -= {r["episode"] for r in folder.records() if r["outcome"] == "error"}
     todo = [s for s in specs if s.id not in finished]
     run_id = folder.run_id
     url = bus_url or config.bus
-    limit = concurrency or config.concurrency
     processes = worker_count(config.workers, len(todo))
     messages = config.tracing.messages
     if messages == "auto":
@@ -656,37 +639,23 @@ async def _run_in_folder(
     options = episode_options(config, run_id)
     options.signer = folder.key  # the run's results are signed with the folder's key
     options.memory_store = store
-    scheduler: Scheduler | WorkerScheduler | RemoteScheduler
     # With tracing on: publish spans, and a traceparent on every message. In worker mode the
     # parent's bus carries its run status (the workers play on buses of their own).
     the_bus = tracing.wrap_bus(bus_module.connect(url))
-    if remote:
-        setup = {"config": config.model_dump(mode="json"), "messages": messages}
-        scheduler = RemoteScheduler(
-            todo,
-            the_bus,
-            writer,
-            options,
-            limit,
-            setup,
-            lease_s=config.remote.lease_s,
-            window=config.remote.window,
-            no_worker_s=config.remote.no_worker_s,
-            finished=finished,
-        )
-    elif processes > 1:
-        job = {
-            "config": config.model_dump(mode="json"),
-            "run": run_id,
-            "folder": str(folder.path),
-            "bus": url,
-            "messages": messages,
-            "preload": preload_args(config, todo),
-        }
-        scheduler = WorkerScheduler(todo, writer, options, limit, processes, job)
-    else:
-        scheduler = Scheduler(todo, the_bus, writer, options, limit, on_result)
-        discard_prestarted()  # workers started ahead (workers.prestart) are not needed
+    scheduler = _scheduler(
+        config,
+        folder,
+        todo,
+        finished,
+        the_bus,
+        writer,
+        options,
+        limit=concurrency or config.concurrency,
+        processes=processes,
+        url=url,
+        messages=messages,
+        on_result=on_result,
+    )
     scheduler.progress.skipped = len(specs) - len(todo)
     stopped: list[str] = []
     if config.fail_on_error is not None:
@@ -697,7 +666,7 @@ async def _run_in_folder(
         run=run_id,
         process="main",
         name=config.name,
-        endpoints=_endpoint_source(scheduler, options),
+        endpoints=scheduler.endpoint_figures,
         prices=usd_prices(config.models),
         folder=str(folder.path.resolve()),
     )
@@ -710,31 +679,7 @@ async def _run_in_folder(
     probe = LoopLagProbe().start()
     status.probe = probe
     try:
-        async with contextlib.AsyncExitStack() as stack:
-            await stack.enter_async_context(responsive_gc())
-            await stack.enter_async_context(the_bus)
-            status.start()
-            stack.push_async_callback(status.stop)  # the final status, before the bus closes
-            models = await stack.enter_async_context(open_models(config.models, folder.path, todo))
-            options.models = models  # one pool of model clients for every episode
-            if isinstance(scheduler, Scheduler):
-                preload(todo, models)  # (worker processes preload their own)
-            if any(m.batch for m in config.models.values()):
-                from parley.runtime.batching import prefetch_first_turns
-
-                # batch: true models: first turns answered through batch APIs, ahead.
-                local = isinstance(scheduler, Scheduler)
-                await _unless_stopped(
-                    prefetch_first_turns(todo, models, run_id, folder.path, local=local),
-                    scheduler,
-                )
-            # What the endpoints serve, asked in the background, into run.json at the end.
-            await stack.enter_async_context(provenance.endpoints_recorded(folder, models, todo))
-            # The final status, with the endpoints' figures: before the pool closes.
-            stack.push_async_callback(status.stop)
-            await scheduler.run(run_span)
-            if writer.failure is not None:
-                raise writer.failure
+        await _play(config, folder, todo, scheduler, the_bus, status, writer, run_span)
     finally:
         if isinstance(scheduler, WorkerScheduler):
             scheduler.close()  # workers started and never given a job (the run failed first)
@@ -745,11 +690,115 @@ async def _run_in_folder(
         tracing.close()
         if options.memory_store is not None:
             options.memory_store.close()
+    return _outcome(folder, scheduler, processes, lag, stopped)
+
+
+def _scheduler(
+    config: ExperimentConfig,
+    folder: RunFolder,
+    todo: list[EpisodeSpec],
+    finished: set[str],
+    bus: Bus,
+    writer: ResultWriter,
+    options: EpisodeOptions,
+    *,
+    limit: int,
+    processes: int,
+    url: str,
+    messages: bool,
+    on_result: Callable[[EpisodeResult], None] | None,
+) -> RunScheduler:
+    """The way ``config`` plays ``todo``: ``parley worker`` processes over the bus
+    (``workers: remote``), child processes, or this process."""
+    from parley.runtime.remote import RemoteScheduler
+    from parley.runtime.workers import WorkerScheduler, discard_prestarted, preload_args
+
+    if config.workers == "remote":
+        setup = {"config": config.model_dump(mode="json"), "messages": messages}
+        return RemoteScheduler(
+            todo,
+            bus,
+            writer,
+            options,
+            limit,
+            setup,
+            lease_s=config.remote.lease_s,
+            window=config.remote.window,
+            no_worker_s=config.remote.no_worker_s,
+            finished=finished,
+        )
+    if processes > 1:
+        job = {
+            "config": config.model_dump(mode="json"),
+            "run": folder.run_id,
+            "folder": str(folder.path),
+            "bus": url,
+            "messages": messages,
+            "preload": preload_args(config, todo),
+        }
+        return WorkerScheduler(todo, writer, options, limit, processes, job)
+    scheduler = Scheduler(todo, bus, writer, options, limit, on_result)
+    discard_prestarted()  # workers started ahead (workers.prestart) are not needed
+    return scheduler
+
+
+async def _play(
+    config: ExperimentConfig,
+    folder: RunFolder,
+    todo: list[EpisodeSpec],
+    scheduler: RunScheduler,
+    bus: Bus,
+    status: StatusPublisher,
+    writer: ResultWriter,
+    span: trace.Span,
+) -> None:
+    """``scheduler.run`` with the run's bus, status, model pool and endpoint provenance open
+    around it."""
+    options = scheduler.options
+    async with contextlib.AsyncExitStack() as stack:
+        await stack.enter_async_context(responsive_gc())
+        await stack.enter_async_context(bus)
+        status.start()
+        stack.push_async_callback(status.stop)  # the final status, before the bus closes
+        models = await stack.enter_async_context(open_models(config.models, folder.path, todo))
+        options.models = models  # one pool of model clients for every episode
+        if isinstance(scheduler, Scheduler):
+            preload(todo, models)  # (worker processes preload their own)
+        if any(m.batch for m in config.models.values()):
+            from parley.runtime.batching import prefetch_first_turns
+
+            # batch: true models: first turns answered through batch APIs, ahead.
+            local = isinstance(scheduler, Scheduler)
+            await _unless_stopped(
+                prefetch_first_turns(todo, models, folder.run_id, folder.path, local=local),
+                scheduler,
+            )
+        # What the endpoints serve, asked in the background, into run.json at the end.
+        await stack.enter_async_context(provenance.endpoints_recorded(folder, models, todo))
+        # The final status, with the endpoints' figures: before the pool closes.
+        stack.push_async_callback(status.stop)
+        await scheduler.run(span)
+        if writer.failure is not None:
+            raise writer.failure
+
+
+def _outcome(
+    folder: RunFolder,
+    scheduler: RunScheduler,
+    processes: int,
+    lag: dict[str, Any],
+    stopped: list[str],
+) -> RunOutcome:
+    """The run's outcome, once it has ended; what run.json keeps of how it was played is
+    noted in the folder."""
+    from parley.runtime.remote import RemoteScheduler
+    from parley.runtime.workers import WorkerScheduler
+
     takeovers: list[dict[str, Any]] = []
     if isinstance(scheduler, WorkerScheduler):
         loop_lag, errors, takeovers = scheduler.loop_lag, scheduler.errors, scheduler.takeovers
     else:
-        loop_lag, errors = [lag], list(getattr(scheduler, "errors", []))
+        loop_lag, errors = [lag], list(scheduler.errors)
     if isinstance(scheduler, RemoteScheduler):
         # Jobs issued again, duplicates dropped, refusals, the workers seen (docs/distributed.md).
         folder.note(workers="remote", loop_lag=loop_lag, errors=errors, remote=scheduler.summary())
@@ -757,7 +806,7 @@ async def _run_in_folder(
         folder.note(workers=processes, loop_lag=loop_lag, errors=errors, takeovers=takeovers)
     return RunOutcome(
         folder,
-        run_id,
+        folder.run_id,
         scheduler.progress,
         folder.records(),
         scheduler.stopping,
