@@ -88,9 +88,8 @@ class Mailbox:
         if self.closed:
             return False
         self._items.append(item)
-        getter = self._getter
-        if getter is not None and not getter.done():
-            getter.set_result(None)
+        if self._getter is not None:
+            self._wake_getter()
         return True
 
     def put_nowait(self, item: Delivery) -> None:
@@ -98,23 +97,41 @@ class Mailbox:
         if self.closed:
             return
         self._items.append(item)
-        getter = self._getter
-        if getter is not None and not getter.done():
-            getter.set_result(None)
+        if self._getter is not None:
+            self._wake_getter()
 
     async def get(self) -> Delivery:
         """The next item; raises :class:`BusClosed` once closed and drained."""
         while not self._items:
             if self.closed:
                 raise BusClosed("subscription closed")
-            self._getter = asyncio.get_running_loop().create_future()
-            try:
-                await self._getter
-            finally:
-                self._getter = None
+            await self.arrival()
+        return self.take()
+
+    def take(self) -> Delivery:
+        """The next item, which must be there (``len(mailbox) > 0``), without waiting."""
         item = self._items.popleft()
-        self._wake_putter()
+        if self._putters:
+            self._wake_putter()
         return item
+
+    def arrival(self) -> asyncio.Future[None]:
+        """A future done when an item arrives or the mailbox closes (one waiter at a time).
+
+        An actor's loop awaits it directly: a message then wakes the actor through one frame
+        instead of three coroutines (``async for``, :meth:`Subscription.__anext__`,
+        :meth:`get`), and every turn of an episode is two such wake-ups."""
+        self._getter = asyncio.get_running_loop().create_future()
+        return self._getter
+
+    def _wake_getter(self) -> None:
+        # The waiter is done with once woken (``put`` clears it, not the waiter, so that
+        # waiting costs no ``finally``); a cancelled one is only dropped.
+        getter = self._getter
+        if getter is not None:
+            self._getter = None
+            if not getter.done():
+                getter.set_result(None)
 
     def _wake_putter(self) -> None:
         while self._putters:
@@ -129,8 +146,7 @@ class Mailbox:
             waiter = self._putters.popleft()
             if not waiter.done():
                 waiter.set_result(None)
-        if self._getter is not None and not self._getter.done():
-            self._getter.set_result(None)
+        self._wake_getter()
 
 
 class Subscription:
@@ -337,7 +353,12 @@ class Bus(ABC):
         """
         delivery = Delivery(topic, message)
         for sub in self.router.match(topic):
-            if await sub.mailbox.put(delivery):
+            mailbox = sub.mailbox
+            if len(mailbox._items) < mailbox.maxsize and not mailbox.closed:
+                # Room: no coroutine to make and await for a put that cannot wait.
+                mailbox.put_nowait(delivery)
+                self.stats.delivered += 1
+            elif await mailbox.put(delivery):
                 self.stats.delivered += 1
         if shared != "none" and self.router.shared:
             for sub in self.router.match_shared(topic, broker=shared == "all"):

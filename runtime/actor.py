@@ -52,8 +52,17 @@ class ActorHost:
     async def _feed(self, actor: Actor, sub: Subscription, on_error: ErrorHandler) -> None:
         # The run's tracing is set before its actors start and stays as it is: asked once.
         spans = tracing.message_spans()
+        mailbox = sub.mailbox
         try:
-            async for delivery in sub:
+            while True:
+                # What ``async for delivery in sub`` does, awaiting the mailbox's future
+                # itself: a wake-up resumes this frame alone (see Mailbox.arrival).
+                if not len(mailbox):
+                    if mailbox.closed:
+                        return
+                    await mailbox.arrival()
+                    continue
+                delivery = mailbox.take()
                 try:
                     if spans:
                         # A CONSUMER span under the message's traceparent.
