@@ -111,7 +111,7 @@ class Agent:
         return self._response(request, prompt, decision)
 
     def _response(self, request: TurnRequest, prompt: Prompt, decision: Decision) -> TurnResponse:
-        return TurnResponse(
+        response = TurnResponse(
             run=request.run,
             episode=request.episode,
             sender=self.role,
@@ -124,8 +124,14 @@ class Agent:
             latency_s=decision.latency_s,
             raw=decision.raw,
             calls=decision.calls,
-            prompt=prompt.record() if self.record_prompts else None,
+            prompt=None,
         )
+        if self.record_prompts:
+            # Assigned, not validated: the prompt's messages are PromptMessages already, made
+            # of parts that were validated, and validating the list again each turn would
+            # cost the whole history (an assignment is not validated: no validate_assignment).
+            response.prompt = prompt.record()
+        return response
 
     def forget(self) -> None:
         """Release this episode's memory."""

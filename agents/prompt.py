@@ -102,9 +102,9 @@ class PromptCache:
 
     def history_pairs(self, history: list[MemoryEntry]) -> list[tuple[str, str]]:
         """:func:`history_text` of ``history`` (the cache's own list: copy before changing)."""
-        if self._follow(history) == 0 or len(self.messages) < len(history):
-            # Messages must keep pace with the entries; the pairs may lag behind them.
-            self.history_messages(history)
+        # Messages must keep pace with the entries (following ``history`` empties the pairs
+        # where it does not extend the previous one); the pairs may lag behind them.
+        self.history_messages(history)
         pairs = self.pairs
         for entry in history[len(pairs) :]:
             hit = self.of(entry)
@@ -183,7 +183,9 @@ class Prompt:
     def history_pairs(self) -> list[tuple[str, str]]:
         """:func:`history_text` of the recall and the history, each entry's pair made once."""
         cache = self.cache if self.cache is not None else PromptCache()
-        return history_text(self.recall) + cache.history_pairs(self.history)
+        pairs = cache.history_pairs(self.history)
+        # A copy either way: the cache's list grows with later turns.
+        return history_text(self.recall) + pairs if self.recall else pairs[:]
 
     @property
     def text(self) -> str:
@@ -196,7 +198,12 @@ class Prompt:
 
 
 def _has_image(parts: Sequence[Part]) -> bool:
-    return any(isinstance(p, ImagePart) and p.data is not None for p in parts)
+    # A loop, not any() over a generator (its frames cost more than the test): asked of every
+    # new entry and observation.
+    for p in parts:  # noqa: SIM110
+        if isinstance(p, ImagePart) and p.data is not None:
+            return True
+    return False
 
 
 def _pair(entry: MemoryEntry) -> tuple[str, str]:

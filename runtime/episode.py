@@ -181,7 +181,8 @@ def turn_request(
     said, legal actions and view; ``images`` (sha256 → bytes) collects the pictures it shows."""
     seen = images if images is not None else {}
     obs = turn.observation
-    return TurnRequest(
+    observation = _parts(obs.text, obs.images, seen)
+    request = TurnRequest(
         run=run,
         episode=episode,
         sender="gm",
@@ -189,15 +190,23 @@ def turn_request(
         turn=n,
         role=turn.role,
         system=system,
-        observation=_parts(obs.text, obs.images, seen),
         feedback=turn.feedback,
-        incoming=[
-            Utterance(sender=m.sender, content=_parts(m.text, m.images, seen))
-            for m in turn.incoming
-        ],
+        incoming=[_utterance(m.sender, _parts(m.text, m.images, seen)) for m in turn.incoming],
         legal_actions=turn.legal_actions,
         view=obs.data,
     )
+    # Assigned, not validated again: _parts made the list, of parts validated as they were
+    # made (validating a list of parts looks up each part's type by its discriminator).
+    request.observation = observation
+    return request
+
+
+def _utterance(sender: str, content: list[TextPart | ImagePart]) -> Utterance:
+    """``Utterance(sender=sender, content=content)`` for ``content`` from :func:`_parts`
+    (assigned as in :func:`turn_request`)."""
+    utterance = Utterance(sender=sender, content=[])
+    utterance.content = content
+    return utterance
 
 
 class _AgentActor(Actor):
@@ -959,7 +968,7 @@ class EpisodeRunner:
         )
 
     def _transcript_event(self, event: Event) -> TranscriptEvent:
-        return TranscriptEvent(
+        message = TranscriptEvent(
             run=self.options.run,
             episode=self.spec.id,
             sender="gm",
@@ -968,6 +977,8 @@ class EpisodeRunner:
             from_role=event.role,
             to_role=event.to,
             visibility=event.visibility,  # type: ignore[arg-type]
-            content=_parts(event.text, event.images, self.result.images),
             data=event.data,
         )
+        # Assigned, not validated again (as in turn_request).
+        message.content = _parts(event.text, event.images, self.result.images)
+        return message
