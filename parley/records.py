@@ -241,11 +241,10 @@ class _ByKey:
         raise KeyError(key)
 
     def get(self, key: str, default: Any = None) -> Any:
-        try:
-            value = self[key]
-        except KeyError:
+        # As a dict's: ``default`` for a key the record was made or read without.
+        if key not in self:
             return default
-        return default if value is None and default is not None else value
+        return self[key]
 
     def __contains__(self, key: object) -> bool:
         if not isinstance(key, str):
@@ -448,8 +447,9 @@ def record_problem(record: Any) -> str | None:
 
 def record_of(data: Any) -> EpisodeRecord:
     """The record a worker sends its parent (``EncodedResult.record``: the JSON of an
-    :class:`EpisodeRecord`), typed and upgraded; raises :class:`NotARecord` saying what is
-    wrong with it, or :class:`NewerSchema` for a record of a newer parley.
+    :class:`EpisodeRecord`), typed and upgraded; raises :class:`NotARecord` (a ``ValueError``)
+    saying what is wrong with it, a record of a newer parley's schema included: the parent
+    drops such a result as it drops any other that is not whole.
 
     Example: ``record_of(encoded.record).outcome``."""
     if isinstance(data, EpisodeRecord):
@@ -465,7 +465,10 @@ def record_of(data: Any) -> EpisodeRecord:
             f"the record{which} is no episode's record: {_problem(exc, data)}"
         ) from None
     if record.version > SCHEMA_VERSION:
-        raise NewerSchema("a worker's result", record.version)
+        raise NotARecord(
+            f"the record of {record.episode} was written by schema {record.version}; this "
+            f"parley reads up to {SCHEMA_VERSION}: upgrade parley"
+        )
     return _upgraded(record) if record.version < SCHEMA_VERSION else record
 
 
