@@ -413,6 +413,12 @@ async def bench(
             ),
             "remote": json.loads((out / "run" / "run.json").read_text()).get("remote", {}),
         }
+        # The lease book's figures as shares of the episodes: jobs that went out again, and
+        # results that came twice (each one an episode played twice: a paid call on a real
+        # model server).
+        book = remote_figures["remote"]
+        remote_figures["reissued_share"] = round(book.get("reissued", 0) / episodes, 4)
+        remote_figures["duplicate_share"] = round(book.get("duplicates", 0) / episodes, 4)
     if watcher is not None:
         await watcher.close()
     # What the run status (runtime/status.py) cost the parent: CPU building and publishing it.
@@ -696,6 +702,14 @@ def report(args: argparse.Namespace, result: dict[str, Any]) -> None:
                     str(result["remote"].get(k, 0))
                     for k in ("issued", "reissued", "unclaimed", "duplicates")
                 ),
+            ),
+            (
+                "re-issued / duplicated plays, of the episodes",
+                f"{result['reissued_share']:.2%} / {result['duplicate_share']:.2%}",
+            ),
+            (
+                "workers taken over / episodes given up",
+                " / ".join(str(result["remote"].get(k, 0)) for k in ("takeovers", "given_up")),
             ),
         ]
     rows += [("error", e[:200]) for e in result["errors"]]

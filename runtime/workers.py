@@ -17,7 +17,9 @@ episodes' results as the parent would. Worker to parent: ``Y`` ready (set up, wa
 ``G``), ``B`` an episode begun (its id), ``R`` a finished episode, ``U`` its figures for the
 run status each second (JSON: endpoints, turns in flight), ``D`` done (JSON: its loop lag and
 last figures), ``E`` a failure (its traceback). A worker that loses its parent stops its
-episodes and exits.
+episodes and exits. On a second socket pair, from a thread of its own (runtime/heartbeats.py),
+a worker sends ``H`` every second: its heartbeat (JSON: ``held``, the episodes of its job whose
+results it has not sent yet, and ``lag_s``, how late its event loop is).
 
 The run's first workers open together. Each sets itself up (bus, model clients, tracing),
 says ``Y`` and waits; the parent says ``G`` to all once every one is ready, has died, or
@@ -31,10 +33,15 @@ Pause, resume and abort reach a worker two ways: from the parent's
 to which every worker's scheduler subscribes (over MQTT a dashboard's control reaches each
 worker directly; on the local bus, which a worker has to itself, only the frames do).
 
-A worker that dies before it is done is taken over: a fresh process plays its unfinished
-episodes, so the run still ends with every episode. An episode that keeps killing the process
-that plays it is found and recorded as ``error`` with the reason (see ``WorkerScheduler._keep``),
-so one such episode cannot stall the run or kill every worker in turn.
+The jobs a worker holds are leased, by the rules a distributed run's jobs follow
+(runtime/leases.py): a worker that dies before it is done, or whose heartbeats stop for longer
+than its lease (stopped, or hung as a whole), is taken over: a fresh process plays its
+unfinished episodes, so the run still ends with every episode. A process taken over for
+silence is told to start nothing more (``P``); what it still sends counts only where it comes
+first, later copies are dropped as duplicates, and the run's end stops it. An episode that
+keeps taking down the process that plays it is found and recorded as ``error`` with the reason
+(see ``WorkerScheduler._keep``), so one such episode cannot stall the run or kill every worker
+in turn.
 """
 
 from __future__ import annotations
@@ -456,6 +463,9 @@ class WorkerScheduler:
             self.close()
             if self._opening_timer is not None:
                 self._opening_timer.cancel()
+            for process in self._processes:
+                if process.orphan and process.spawned.process.poll() is None:
+                    process.spawned.process.kill()  # the run failed: none outlives it
             for task in self._orphans:
                 task.cancel()
             if recording:
