@@ -50,13 +50,14 @@ class PromptCache:
     (last k turns) is put together again from the entries' cached pieces.
     """
 
-    __slots__ = ("entries", "history", "images", "messages", "pairs", "system")
+    __slots__ = ("entries", "history", "hits", "images", "messages", "pairs", "system")
 
     def __init__(self) -> None:
         self.entries: dict[int, _Entry] = {}
         self.system: tuple[str, PromptMessage] | None = None
         self.history: list[MemoryEntry] = []  # the entries of the latest prompt, in order
         self.messages: list[PromptMessage] = []  # their messages
+        self.hits: list[_Entry] = []  # their cached pieces (the pairs are made from these)
         self.pairs: list[tuple[str, str]] = []  # their (speaker, text) pairs, as far as asked
         self.images = False  # whether any of those messages carries image bytes
 
@@ -75,7 +76,7 @@ class PromptCache:
         # at the same places holds the same entries in between.
         if n and len(history) >= n and history[0] is previous[0] and history[n - 1] is previous[-1]:
             return n
-        self.messages, self.pairs, self.images = [], [], False
+        self.messages, self.hits, self.pairs, self.images = [], [], [], False
         if len(self.entries) > 2 * len(history) + 16:
             # Entries that left the window (last_k) or a store that loads new objects.
             keep = {id(e) for e in history}
@@ -86,7 +87,7 @@ class PromptCache:
     def history_messages(self, history: list[MemoryEntry]) -> list[PromptMessage]:
         """The messages of ``history``'s entries (the cache's own list: copy before changing)."""
         start = self._follow(history)
-        messages = self.messages
+        messages, hits = self.messages, self.hits
         for entry in history[start:]:
             hit = self.of(entry)
             if hit.message is None:
@@ -96,6 +97,7 @@ class PromptCache:
                     hit.message = _message("user", _labelled(entry))
                 hit.images = _has_image(entry.parts)
             messages.append(hit.message)
+            hits.append(hit)
             self.images = self.images or hit.images
         self.history = history
         return messages
@@ -106,17 +108,17 @@ class PromptCache:
         # where it does not extend the previous one); the pairs may lag behind them.
         self.history_messages(history)
         pairs = self.pairs
-        for entry in history[len(pairs) :]:
-            hit = self.of(entry)
+        for hit in self.hits[len(pairs) :]:
             if hit.pair is None:
-                hit.pair = _pair(entry)
+                hit.pair = _pair(hit.entry)
             pairs.append(hit.pair)
         return pairs
 
     def clear(self) -> None:
         self.entries.clear()
         self.system = None
-        self.history, self.messages, self.pairs, self.images = [], [], [], False
+        self.history, self.messages, self.hits, self.pairs = [], [], [], []
+        self.images = False
 
 
 @dataclass

@@ -342,6 +342,29 @@ class Bus(ABC):
         # subscribers on every transport): a later subscription gets them first.
         self.retained: dict[str, Message] = {}
 
+    def deliver_now(self, topic: str, message: Message) -> bool:
+        """:meth:`deliver_local` (``shared="all"``) where it cannot wait: no shared group
+        in this process and room in every matching mailbox. Then the message is delivered
+        and True returned; else nothing is delivered (False), and the caller awaits
+        :meth:`deliver_local`. A publish in process (every turn's request and reply) then
+        makes no coroutine to deliver."""
+        router = self.router
+        if router.shared:
+            return False
+        subs = router.match(topic)
+        for sub in subs:
+            mailbox = sub.mailbox
+            if len(mailbox._items) >= mailbox.maxsize and not mailbox.closed:
+                return False
+        if subs:
+            delivery = Delivery(topic, message)
+            for sub in subs:
+                mailbox = sub.mailbox
+                if not mailbox.closed:
+                    mailbox.put_nowait(delivery)
+                    self.stats.delivered += 1
+        return True
+
     async def deliver_local(
         self, topic: str, message: Message, *, shared: SharedScope = "all"
     ) -> None:

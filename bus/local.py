@@ -29,4 +29,5 @@ class LocalBus(Bus):
         self.stats.published += 1
         if retain:
             self._retain(topic, message)
-        await self.deliver_local(topic, message)
+        if not self.deliver_now(topic, message):
+            await self.deliver_local(topic, message)
