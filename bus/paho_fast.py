@@ -3,9 +3,12 @@
 Everything here touches paho's internals, and nothing outside this module does. It is used only
 where :func:`enabled` says so: the installed paho-mqtt is one of :data:`TESTED_PAHO` (the
 versions this module was written and tested against) and has every internal it reads, in the
-expected shape. Anything else turns it off with one warning, and the transport publishes through
-paho's public ``publish`` instead: same messages, same order, same acknowledgements
-(``tests/bus/test_paho_fast.py`` compares the two against a real broker).
+expected shape. Anything else turns it off, and the transport publishes through paho's public
+``publish`` instead: same messages, same order, same acknowledgements
+(``tests/bus/test_paho_fast.py`` compares the two against a real broker). The log says why
+once: at debug level for a paho-mqtt that is not one of :data:`TESTED_PAHO` (an ordinary
+install of a supported release), as a warning where ``PARLEY_MQTT_ACCELERATOR=1`` asked for the
+accelerator or where a tested release lacks an internal it reads.
 
 What it saves: paho's ``publish`` builds a message object, a message-info object and a log line
 for every message and writes each packet with a send of its own, and paho decodes every PUBACK
@@ -39,7 +42,8 @@ log = logging.getLogger("parley.bus.mqtt")
 # The paho-mqtt releases whose internals this module was written against and is tested with.
 # A release outside it may have moved them: the transport then takes the public path.
 TESTED_PAHO = ("2.1.0", "2.2.0")
-# The environment variable that turns the accelerator off ("0", "off", "false", "no").
+# The environment variable that turns the accelerator off ("0", "off", "false", "no") or asks
+# for it by name ("1", "on", "true", "yes": a warning if it cannot be used).
 ENV = "PARLEY_MQTT_ACCELERATOR"
 
 # Packets queued one after another join one entry of paho's queue up to this size, so paho
@@ -52,16 +56,23 @@ _checked: bool | None = None
 
 def enabled() -> bool:
     """Whether the transport may use this module: not turned off by :data:`ENV`, and the
-    installed paho passes the start-up check (made once per process; a failure is logged once,
-    as a warning, and the public path is used)."""
-    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no"):
+    installed paho passes the start-up check (made once per process; a failure is logged once
+    and the public path is used)."""
+    setting = os.environ.get(ENV, "").strip().lower()
+    if setting in ("0", "off", "false", "no"):
         return False
     global _checked
     if _checked is None:
         found = problems()
         if found:
-            log.warning(
-                "MQTT accelerator off, publishing through paho's public API (%s)", "; ".join(found)
+            # An untested paho release is an ordinary supported install: said at debug level,
+            # unless the user asked for the accelerator; a tested release that fails the check
+            # is unexpected, and a warning.
+            expected = installed_paho() in TESTED_PAHO or setting in ("1", "on", "true", "yes")
+            log.log(
+                logging.WARNING if expected else logging.DEBUG,
+                "MQTT accelerator off, publishing through paho's public API (%s)",
+                "; ".join(found),
             )
         _checked = not found
     return _checked

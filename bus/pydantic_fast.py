@@ -4,8 +4,10 @@ This is the one module of parley that relies on how pydantic lays out a model in
 fields, in order, in the instance's ``__dict__``) and on the model's decorator metadata. It is
 used only where :data:`ACTIVE` is true: the installed pydantic lies in :data:`TESTED` (the
 releases the codec's differential tests ran on) and ``PARLEY_PYDANTIC_FAST`` is not ``0``.
-Otherwise one warning says why (nothing for ``PARLEY_PYDANTIC_FAST=0``) and the codec asks
-pydantic (``model_dump_json``), which gives the same bytes.
+Otherwise the codec asks pydantic (``model_dump_json``), which gives the same bytes. A
+supported pydantic outside :data:`TESTED` is an ordinary install, so why the accelerator is off
+is logged at debug level; it is a warning only where ``PARLEY_PYDANTIC_FAST=1`` asked for the
+accelerator (``PARLEY_PYDANTIC_FAST=0`` logs nothing).
 
 Why it exists: orjson writes a plain message's fields in a fraction of the time pydantic's
 serializer takes, and the transports encode every message they carry.
@@ -56,10 +58,17 @@ def release_check(tested: tuple[tuple[int, int], tuple[int, int]] = TESTED) -> t
     return True, ""
 
 
+def asked() -> bool:
+    """Whether ``PARLEY_PYDANTIC_FAST=1`` asks for the accelerator by name."""
+    return os.environ.get(FORCE_PUBLIC_VARIABLE, "").strip() == "1"
+
+
 def _start(tested: tuple[tuple[int, int], tuple[int, int]] = TESTED) -> bool:
     usable, why = check(tested)
     if why:
-        log.warning("%s", why)
+        # Off at a pydantic it was not tested on is the normal state of a supported install:
+        # a warning on every command would only be noise, unless the user asked for it.
+        log.log(logging.WARNING if asked() else logging.DEBUG, "%s", why)
     return usable
 
 

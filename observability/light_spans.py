@@ -5,8 +5,11 @@ internals (``ReadableSpan``'s fields, the API's context key and context variable
 only where :data:`ACTIVE` is true: the installed ``opentelemetry-api`` and
 ``opentelemetry-sdk`` lie in :data:`TESTED` (the range the differential tests ran on), the
 runtime context is the API's usual context variable, and ``PARLEY_OTEL_FAST`` is not ``0``.
-Otherwise one warning says why (nothing for ``PARLEY_OTEL_FAST=0``) and parley traces
-through the SDK's own ``TracerProvider`` tracer and the public API, which give the same spans.
+Otherwise parley traces through the SDK's own ``TracerProvider`` tracer and the public API,
+which give the same spans, and the log says why once: at debug level for a supported release
+outside :data:`TESTED` (an ordinary install), as a warning where ``PARLEY_OTEL_FAST=1`` asked
+for the accelerator or where a tested release lacks what it expects (nothing for
+``PARLEY_OTEL_FAST=0``).
 
 Why it exists: the SDK's tracer does per span what parley's spans do not need. It checks and
 copies every attribute (``BoundedAttributes``), takes a lock per attribute set, asks a
@@ -96,13 +99,23 @@ def _internals() -> tuple[Any, Any] | None:
         return None
 
 
+def asked() -> bool:
+    """Whether ``PARLEY_OTEL_FAST=1`` asks for the accelerator by name."""
+    return os.environ.get(FORCE_PUBLIC_VARIABLE, "").strip() == "1"
+
+
 def _start(tested: tuple[tuple[int, int], tuple[int, int]] = TESTED) -> tuple[bool, Any, Any]:
     usable, why = check(tested)
+    # Off at a release it was not tested on is the normal state of a supported install, so
+    # that is said at debug level unless the user asked for the accelerator; a tested release
+    # where the check still fails is unexpected, and a warning.
+    level = logging.WARNING if asked() else logging.DEBUG
     found = _internals() if usable else None
     if usable and found is None:
         why = "the OpenTelemetry runtime context is not the usual context variable"
+        level = logging.WARNING
     if why:
-        log.warning("%s", why)
+        log.log(level, "%s", why)
     if found is None:
         return False, None, None
     return True, found[0], found[1]

@@ -6,6 +6,7 @@ or aiomqtt's API."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -99,3 +100,32 @@ def test_no_module_but_the_accelerator_reaches_beneath_paho() -> None:
             if PRIVATE.search(line):
                 found.append(f"{path.name}:{n}: {line.strip()}")
     assert found == []
+
+
+def test_an_untested_paho_is_the_public_path_said_at_debug_level(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def check(env: str | None, installed: str) -> list[int]:
+        if env is None:
+            monkeypatch.delenv(paho_fast.ENV, raising=False)
+        else:
+            monkeypatch.setenv(paho_fast.ENV, env)
+        monkeypatch.setattr(paho_fast, "installed_paho", lambda: installed)
+        monkeypatch.setattr(paho_fast, "_checked", None)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="parley.bus.mqtt"):
+            assert paho_fast.enabled() is False
+            assert paho_fast.enabled() is False  # decided once
+        return [r.levelno for r in caplog.records]
+
+    # A supported paho the accelerator was not written against is an ordinary install.
+    assert check(None, "9.9.9") == [logging.DEBUG]
+    assert "9.9.9" in caplog.records[0].getMessage()
+    # Asked for by name, the same is one warning.
+    assert check("1", "9.9.9") == [logging.WARNING]
+    # A tested release without an internal the accelerator reads is unexpected: a warning.
+    monkeypatch.setattr(paho_fast, "problems", lambda: ["paho Client._sock is missing"])
+    assert check(None, paho_fast.TESTED_PAHO[0]) == [logging.WARNING]
+    assert "_sock is missing" in caplog.records[0].getMessage()
+    # Turned off: nothing to say.
+    assert check("0", "9.9.9") == []

@@ -76,17 +76,26 @@ def test_the_lean_tracer_exports_what_the_sdk_exports() -> None:
     assert otlp_names == set(spans)
 
 
-def test_a_release_outside_the_tested_range_is_one_warning_and_the_public_path(
+def test_a_release_outside_the_tested_range_is_the_public_path_said_at_debug_level(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A supported release the accelerator was not tested on is an ordinary install: one debug
+    # record, no warning on every command.
     monkeypatch.delenv(light_spans.FORCE_PUBLIC_VARIABLE, raising=False)
     assert light_spans.check() == (True, "")  # the installed releases are tested ones
-    with caplog.at_level(logging.WARNING, logger="parley.observability.tracing"):
+    with caplog.at_level(logging.DEBUG, logger="parley.observability.tracing"):
         assert light_spans._start(((0, 1), (0, 2)))[0] is False
-    assert len(caplog.records) == 1
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG]
+    assert "outside the range" in caplog.records[0].getMessage()
+    caplog.clear()
+    # Asked for by name, the same is one warning.
+    monkeypatch.setenv(light_spans.FORCE_PUBLIC_VARIABLE, "1")
+    with caplog.at_level(logging.DEBUG, logger="parley.observability.tracing"):
+        assert light_spans._start(((0, 1), (0, 2)))[0] is False
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "outside the range" in caplog.records[0].getMessage()
     caplog.clear()
     monkeypatch.setenv(light_spans.FORCE_PUBLIC_VARIABLE, "0")
-    with caplog.at_level(logging.WARNING, logger="parley.observability.tracing"):
+    with caplog.at_level(logging.DEBUG, logger="parley.observability.tracing"):
         assert light_spans._start()[0] is False
-    assert caplog.records == []  # asked for: no warning
+    assert caplog.records == []  # turned off: nothing to say
