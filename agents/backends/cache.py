@@ -130,6 +130,7 @@ class ResponseCache:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="parley-cache")
         self._conn: sqlite3.Connection | None = None
         self._broken: str | None = None
+        self._damaged = 0
         self.hits = 0
         self.misses = 0
         self.stored = 0
@@ -149,8 +150,10 @@ class ResponseCache:
         try:
             return await loop.run_in_executor(self._pool, fn, *args)
         except (sqlite3.Error, OSError) as exc:
-            self._broken = f"{type(exc).__name__}: {exc}"
-            log.warning("response cache %s is off for this run: %s", self.path, self._broken)
+            # Calls in flight together all fail: the file is reported once.
+            if self._broken is None:
+                self._broken = f"{type(exc).__name__}: {exc}"
+                log.warning("response cache %s is off for this run: %s", self.path, self._broken)
             return None
 
     def _get(self, key: str) -> dict[str, Any] | None:
@@ -165,7 +168,9 @@ class ResponseCache:
         if not isinstance(value, dict):
             # A damaged entry: a miss, and gone, so the reply asked for again is stored.
             db.execute("DELETE FROM replies WHERE key = ?", (key,))
-            log.warning("response cache %s: dropped a damaged entry", self.path)
+            self._damaged += 1
+            if self._damaged == 1:
+                log.warning("response cache %s: dropped a damaged entry (and any more)", self.path)
             return None
         self._replayed[key] = self._replayed.get(key, 0) + 1
         return value

@@ -314,6 +314,8 @@ class ModelClient:
                 record["error"] = self.redact(failure.message)
                 if failure.retry_after_s is not None:
                     record["retry_after_s"] = round(failure.retry_after_s, 3)
+                if failure.details:
+                    record.update(failure.details)
                 elapsed = time.monotonic() - start
                 delay = self.backoff(attempt, failure)
                 if (
@@ -372,6 +374,8 @@ class ModelClient:
         kinds = Counter(c.get("outcome", "?") for c in calls)
         summary = ", ".join(f"{k} ×{n}" for k, n in kinds.items())
         last = self.redact(str(failure))
+        if failure.kind in ("too_large", "redirect"):
+            return f"model {self.name}: not retried ({last})"
         if not failure.retryable:
             return f"model {self.name} refused the request ({last})"
         return (

@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 
@@ -30,6 +31,8 @@ class Failure(Exception):
     retryable: bool = True
     retry_after_s: float | None = None
     overload: bool = False
+    # What the attempt's record shows besides (the bytes a reply too large had read).
+    details: dict[str, Any] | None = None
 
     def __str__(self) -> str:
         status = f" {self.status}" if self.status else ""
@@ -124,10 +127,24 @@ def _cause(exc: BaseException) -> BaseException | None:
     return None
 
 
+def _wrapped_failure(exc: BaseException) -> Failure | None:
+    seen: BaseException | None = exc
+    for _ in range(8):
+        seen = seen.__cause__ or seen.__context__ if seen is not None else None
+        if seen is None or isinstance(seen, Failure):
+            return seen
+    return None
+
+
 def classify(exc: BaseException) -> Failure:
     """What a failed attempt means for retrying."""
     if isinstance(exc, Failure):
         return exc
+    # parley's own checks inside the SDK's HTTP client (bodies.py) come back wrapped in the
+    # SDK's connection error.
+    inner = _wrapped_failure(exc)
+    if inner is not None:
+        return inner
     cause = exc if isinstance(exc, aiohttp.ClientError) else _cause(exc)
     if isinstance(cause, aiohttp.ClientPayloadError):
         return Failure("bad_response", f"body cut short: {_short(cause)}")

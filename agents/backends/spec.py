@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024  # a model entry's max_response_bytes unless told
 
 
 class _Strict(BaseModel):
@@ -305,6 +306,12 @@ def is_reasoning_name(model: str) -> bool:
     return name.startswith(REASONING_PREFIXES)
 
 
+def _has_credentials(url: str) -> bool:
+    """Whether ``url`` carries ``user[:password]@`` before its host."""
+    rest = url.partition("://")[2]
+    return "@" in rest.split("/", 1)[0]
+
+
 class ModelSpec(_Strict):
     """One model of the registry. ``base_urls`` may be given as a single ``base_url``.
 
@@ -329,6 +336,9 @@ class ModelSpec(_Strict):
     retry: RetrySpec = Field(default_factory=RetrySpec)
     health: HealthSpec = Field(default_factory=HealthSpec)
     timeout_s: float = Field(default=120.0, gt=0.0)
+    # The most bytes of one reply's body, as sent and as decompressed: a reply over it is
+    # stopped while it is read (``too_large``) and not retried.
+    max_response_bytes: int = Field(default=MAX_RESPONSE_BYTES, ge=1024)
     stream: bool = False
     # sdk: requests through the SDK's client (``http``: its aiohttp or httpx transport);
     # direct: the SDK's URL, headers and key over a plain aiohttp session, ~5x less CPU per
@@ -425,4 +435,14 @@ class ModelSpec(_Strict):
             self.base_urls = ["https://api.anthropic.com"]
         if self.launch is not None and self.backend != "openai":
             raise ValueError("`launch:` starts an OpenAI-compatible server: use backend: openai")
+        keyed = self.api_key_env is not None or any(
+            name.lower() in ("authorization", "x-api-key") for name in self.headers
+        )
+        if keyed and any(_has_credentials(url) for url in self.base_urls):
+            # Both would go as the request's Authorization: the HTTP clients refuse the pair.
+            raise ValueError(
+                "a base URL with user:password@ and an API key (api_key_env, or an "
+                "Authorization / x-api-key header) cannot both be sent: keep one (take the "
+                "credentials out of the URL, or drop the key)"
+            )
         return self

@@ -11,17 +11,28 @@ settings from :mod:`parley.agents.backends.network`."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
 import yarl
 
+from parley.agents.backends.bodies import (
+    ACCEPT_ENCODING,
+    PIECE,
+    REDIRECTS,
+    BodyLimit,
+    Redirected,
+    limited,
+    redirect_target,
+    redirected_again,
+)
 from parley.agents.backends.formats import (
     AnthropicStream,
     Block,
@@ -109,20 +120,43 @@ class Backend:
     ) -> Reply:
         """One request through the SDK's generic ``client.post``: the whole reply, or the
         streamed chunks (OpenAI) or events (Anthropic) gathered by the backend's accumulator;
-        ``headers`` added to the request (the chat span's traceparent)."""
+        ``headers`` added to the request (the chat span's traceparent). A redirect to the same
+        server (raised by the HTTP client's response hook) is followed once."""
+        path = self.path
+        try:
+            return await self._post(client, path, body, stream, headers)
+        except Exception as exc:
+            moved = _redirect_in(exc)
+            if moved is None:
+                raise
+            path = str(moved.target)
+        try:
+            return await self._post(client, path, body, stream, headers)
+        except Exception as exc:
+            again = _redirect_in(exc)
+            if again is None:
+                raise
+            raise redirected_again(again.status, again.target) from None
+
+    async def _post(
+        self,
+        client: Any,
+        path: str,
+        body: dict[str, Any],
+        stream: bool,
+        headers: dict[str, str] | None,
+    ) -> Reply:
         options: Any = {"headers": headers} if headers else {}
         if not stream:
             import httpx2
 
-            response = await client.post(
-                self.path, body=body, cast_to=httpx2.Response, options=options
-            )
+            response = await client.post(path, body=body, cast_to=httpx2.Response, options=options)
             return _parsed(self.parse, response.content)
         start = time.monotonic()
         ttft: float | None = None
         acc = self.accumulator()
         items = await client.post(
-            self.path,
+            path,
             body=body,
             cast_to=object,
             options=options,
@@ -137,6 +171,16 @@ class Backend:
         finally:
             await items.close()
         return acc.reply(ttft)
+
+
+def _redirect_in(exc: BaseException) -> Redirected | None:
+    """The redirect under an SDK's error (the SDK wraps what its HTTP client raises)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None or isinstance(seen, Redirected):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _parsed(parse: Callable[[Any], Reply], body: bytes) -> Reply:
@@ -162,17 +206,65 @@ def _http_client(module: Any, spec: ModelSpec, url: str) -> httpx2.AsyncClient:
     limits = httpx2.Limits(max_connections=connections, max_keepalive_connections=connections)
     timeout = httpx2.Timeout(spec.timeout_s, connect=min(10.0, spec.timeout_s))
     # The proxy and TLS settings are the ones direct transport uses: the client's own reading
-    # of the environment is off, so that the two cannot differ.
+    # of the environment is off, so that the two cannot differ. Redirects and the body's size
+    # are parley's (the response hook): the client follows none itself.
     options: dict[str, Any] = {
         "limits": limits,
         "timeout": timeout,
         "trust_env": False,
         "verify": tls_context(),
         "proxy": proxy_for(url),
+        "follow_redirects": False,
+        "headers": {"Accept-Encoding": ACCEPT_ENCODING},
+        "event_hooks": {"response": [functools.partial(_on_response, spec.max_response_bytes)]},
     }
     if spec.http == "aiohttp":
         return module.DefaultAioHttpClient(**options)
     return module.DefaultAsyncHttpxClient(**options)
+
+
+async def _on_response(limit: int, response: httpx2.Response) -> None:
+    """Before the SDK reads a response: a redirect raised (:class:`Redirected` where it may be
+    followed, else a failure), and the body held to ``limit`` as it is read, decompressed here
+    in bounded pieces (the client's own decoder is left nothing to do)."""
+    try:
+        if response.status_code in REDIRECTS:
+            source = yarl.URL(str(response.request.url))
+            target = redirect_target(source, response.status_code, response.headers.get("location"))
+            raise Redirected(response.status_code, target)
+        body = BodyLimit(limit, response.headers)
+    except BaseException:
+        await response.aclose()
+        raise
+    import httpx2
+
+    response.headers.pop("content-encoding", None)
+    if isinstance(response.stream, httpx2.AsyncByteStream):  # as an async client's always is
+        response.stream = _limited_stream()(response.stream, body)
+
+
+@functools.cache
+def _limited_stream() -> Callable[[httpx2.AsyncByteStream, BodyLimit], httpx2.AsyncByteStream]:
+    import httpx2
+
+    class LimitedStream(httpx2.AsyncByteStream):
+        """A response's byte stream, decoded and held to its limit by ``body``."""
+
+        def __init__(self, inner: httpx2.AsyncByteStream, body: BodyLimit) -> None:
+            self.inner = inner
+            self.body = body
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self.inner:
+                for piece in self.body.feed(chunk):
+                    yield piece
+            for piece in self.body.flush():
+                yield piece
+
+        async def aclose(self) -> None:
+            await self.inner.aclose()
+
+    return LimitedStream
 
 
 def _common(
@@ -298,6 +390,21 @@ class AnthropicBackend(Backend):
 BACKENDS: dict[str, Backend] = {"openai": OpenAIBackend(), "anthropic": AnthropicBackend()}
 
 
+async def _lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """The lines of a decoded stream (a line split across pieces joined)."""
+    buffer = bytearray()
+    async for piece in pieces:
+        buffer += piece
+        if b"\n" not in piece:
+            continue
+        lines = bytes(buffer).split(b"\n")
+        buffer = bytearray(lines.pop())
+        for line in lines:
+            yield line
+    if buffer:
+        yield bytes(buffer)
+
+
 def uses_sdk(spec: ModelSpec) -> bool:
     """Whether calling ``spec``'s model needs its SDK: all but ``transport: direct`` to an
     OpenAI-compatible server (streams and ``https://`` included, over aiohttp)."""
@@ -332,7 +439,10 @@ class DirectTransport:
     ) -> None:
         self.backend = backend
         self.target = yarl.URL(url + backend.path)
+        self.limit = spec.max_response_bytes
         headers = {k: v for k, v in headers.items() if isinstance(v, str)}
+        # Only what BodyLimit decodes in bounded pieces (aiohttp's own decoding is off).
+        headers["Accept-Encoding"] = ACCEPT_ENCODING
         connections = spec.concurrency.max + 16
         # The proxy is found once, here: aiohttp's trust_env would look it up (and ~/.netrc)
         # again in a thread on every request.
@@ -364,6 +474,7 @@ class DirectTransport:
             headers=headers,
             proxy=proxy,
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=min(10.0, spec.timeout_s)),
+            auto_decompress=False,
         )
 
     async def send(
@@ -372,28 +483,71 @@ class DirectTransport:
         start = time.monotonic()
         if self.headers is not None:
             headers = {**self.headers, **headers} if headers else self.headers
-        async with self.session.post(
-            self.target, data=_dumps(body), headers=headers, proxy_headers=self.proxy_headers
-        ) as response:
-            if response.status >= 400:
-                raise _error_status(response.status, response.headers, await response.read())
-            if not stream:
-                return _parsed(self.backend.parse, await response.read())
-            acc = self.backend.accumulator()
-            ttft: float | None = None
-            async for raw in response.content:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue  # event names, comments, keep-alives
-                data = line[5:].strip()
-                if data == b"[DONE]":
+        data = _dumps(body)
+        target = self.target
+        for followed in (False, True):
+            async with self.session.post(
+                target,
+                data=data,
+                headers=headers,
+                proxy_headers=self.proxy_headers,
+                allow_redirects=False,
+            ) as response:
+                if response.status in REDIRECTS:
+                    moved = redirect_target(
+                        target, response.status, response.headers.get("Location")
+                    )
+                    if followed:
+                        raise redirected_again(response.status, moved)
+                    target = moved
+                    continue
+                if response.status >= 400:
+                    raise _error_status(
+                        response.status, response.headers, await self._error_body(response)
+                    )
+                if not stream:
+                    return _parsed(self.backend.parse, await self._read(response))
+                return await self._stream(response, start)
+        raise AssertionError("unreachable: the second redirect raised")
+
+    async def _read(self, response: aiohttp.ClientResponse) -> bytes:
+        """A whole body, read in chunks and held to the limit."""
+        length = response.headers.get("Content-Length", "")
+        plain = "Content-Encoding" not in response.headers and length.isdigit()
+        if plain and int(length) <= self.limit:
+            return await response.read()  # aiohttp reads no more than the length
+        pieces = limited(response.content.iter_chunked(PIECE), self.limit, response.headers)
+        return b"".join([piece async for piece in pieces])
+
+    async def _error_body(self, response: aiohttp.ClientResponse) -> bytes:
+        """The start of an error response's body: all an error message needs."""
+        kept = bytearray()
+        with contextlib.suppress(Failure):
+            async for piece in limited(
+                response.content.iter_chunked(PIECE), self.limit, response.headers
+            ):
+                kept += piece
+                if len(kept) >= 4096:
                     break
-                if ttft is None:
-                    ttft = time.monotonic() - start
-                item, repaired = load_body(data)
-                acc.repaired += repaired
-                acc.add(item)
-            return acc.reply(ttft)
+        return bytes(kept)
+
+    async def _stream(self, response: aiohttp.ClientResponse, start: float) -> Reply:
+        acc = self.backend.accumulator()
+        ttft: float | None = None
+        pieces = limited(response.content.iter_chunked(PIECE), self.limit, response.headers)
+        async for raw in _lines(pieces):
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue  # event names, comments, keep-alives
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            if ttft is None:
+                ttft = time.monotonic() - start
+            item, repaired = load_body(data)
+            acc.repaired += repaired
+            acc.add(item)
+        return acc.reply(ttft)
 
     async def aclose(self) -> None:
         await self.session.close()
