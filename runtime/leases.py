@@ -9,7 +9,9 @@ their transport brings (a job issued, a heartbeat, a result, a worker gone) and 
 - A job issued is *leased*. A worker's heartbeat renews every lease issued to it or named in
   the heartbeat, for ``lease_s`` plus a few times the loop lag the worker reports: a worker
   that is alive but slow keeps its jobs. A lease it named before and names no more (finished,
-  its result on the way; or put back) runs out a few heartbeat intervals later.
+  its result on the way, which a busy worker sends late; or put back) is renewed no more: it
+  runs out ``lease_s`` after the last heartbeat that named it, half a second after a worker's
+  final heartbeat.
 - A job whose lease ran out goes out again, ``attempt + 1`` (``reissued``; ``unclaimed`` when
   no worker had named it); so do the jobs of a worker taken over (``reissued``).
 - A worker that died, or whose heartbeats stopped for longer than its lease (it hangs, or was
@@ -35,9 +37,8 @@ ALONE_AFTER_DEATHS = 2
 MAX_DEATHS = 3
 # How often a worker says it is alive.
 HEARTBEAT_S = 1.0
-# A job its worker stopped naming goes out again after this many of its heartbeat intervals
-# (its result may still be on the way).
-RELEASE_BEATS = 3
+# A job named before a worker's final heartbeat, and not in it, goes out again this soon.
+RELEASE_FINAL_S = 0.5
 # A worker's lease is lease_s plus this many times the loop lag it reports: a loop that late
 # sends its results that much later too.
 LAG_LEASES = 3.0
@@ -63,6 +64,7 @@ class Holder:
     interval_s: float = HEARTBEAT_S
     lag_s: float = 0.0
     holding: set[str] = field(default_factory=set)  # the episodes its latest heartbeat named
+    issued: set[str] = field(default_factory=set)  # issued to it, not yet named
     gone: bool = False  # died, left or taken over: it holds nothing any more
     beating: bool = False  # it has sent a heartbeat (a process still starting has not)
 
@@ -100,7 +102,9 @@ class LeaseBook:
         self._attempts[spec.id] = attempt
         lease = Lease(spec, attempt, now + self.lease_s, holder)
         if holder is not None:
-            lease.deadline = now + self._lease_of(self.seen(holder, now))
+            to = self.seen(holder, now)
+            to.issued.add(spec.id)
+            lease.deadline = now + self._lease_of(to)
         self.leases[spec.id] = lease
         self.counts["issued"] += 1
         return lease
@@ -146,7 +150,8 @@ class LeaseBook:
         final: bool = False,
     ) -> None:
         """Worker ``name`` is alive and holds ``held``: renew their leases and those issued to
-        it; what it named before and names no more runs out soon (``final``: it left)."""
+        it; what it named before and names no more is not renewed (``final``: it left, and
+        that runs out at once)."""
         holder = self.seen(name, now)
         holder.beating = True
         holder.interval_s, holder.lag_s = max(0.05, interval_s), max(0.0, lag_s)
@@ -161,14 +166,17 @@ class LeaseBook:
             if lease is not None and lease.holder in (None, name):
                 lease.holder, lease.taken = name, True
                 lease.deadline = now + lease_s
-        release = now + min(lease_s, 0.5 if final else RELEASE_BEATS * holder.interval_s)
-        for lease in self.leases.values():
-            if lease.holder != name or lease.spec.id in named:
-                continue
-            if lease.spec.id in holder.holding or final:
-                lease.deadline = min(lease.deadline, release)
+        for episode in (holder.holding | holder.issued) - named:
+            lease = self.leases.get(episode)
+            if lease is None or lease.holder != name:
+                holder.issued.discard(episode)
+            elif final:
+                lease.deadline = min(lease.deadline, now + RELEASE_FINAL_S)
+            elif episode in holder.holding:
+                continue  # its result is on the way, or it was put back: not renewed
             elif not lease.taken:
                 lease.deadline = now + lease_s  # issued to it, not yet named: it is alive
+        holder.issued -= named
         holder.holding = {e for e in named if e in self.leases}
         holder.gone = final
 
@@ -189,8 +197,12 @@ class LeaseBook:
             if h.beating
             and not h.gone
             and now - h.last_seen >= self._lease_of(h)
-            and any(lease.holder == h.name for lease in self.leases.values())
+            and any(self._holds(h.name, e) for e in h.holding | h.issued)
         ]
+
+    def _holds(self, name: str, episode: str) -> bool:
+        lease = self.leases.get(episode)
+        return lease is not None and lease.holder == name
 
     def due(self, now: float) -> list[Lease]:
         """Leases run out: taken off the book (counted), for the caller to issue again."""
@@ -211,7 +223,7 @@ class LeaseBook:
         holder = self.holders.get(name)
         if holder is not None:
             holder.gone = True
-            holder.holding = set()
+            holder.holding, holder.issued = set(), set()
         mine = [lease for lease in self.leases.values() if lease.holder == name]
         suspects = {lease.spec.id for lease in mine} if playing is None else set(playing)
         again: list[EpisodeSpec] = []

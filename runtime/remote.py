@@ -17,8 +17,9 @@ and a broker restarted without its database forgets everything queued. Instead e
 - a job counts as taken once a worker's heartbeat (:class:`WorkerHeartbeat`, about once a
   second, sent from a thread of the worker's own) names it, and each such heartbeat renews the
   lease;
-- a job no heartbeat has named for ``lease_s`` is issued again with ``attempt + 1``; a job its
-  worker stopped naming (it left, or put the job back) after a few heartbeat intervals;
+- a job no heartbeat has named for ``lease_s`` is issued again with ``attempt + 1`` (one its
+  worker stopped naming too: its result may come late; half a second after a worker's final
+  heartbeat);
 - a worker silent for longer than its lease is taken over: its jobs go out again, each counts
   a death, and an episode that keeps taking its workers down is played alone, then given up
   and recorded as ``error`` with the reason;

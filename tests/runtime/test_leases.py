@@ -49,13 +49,19 @@ def test_a_late_loop_stops_the_clocks() -> None:
     assert book.silent(11.0) == [] and book.due(11.0) == []
 
 
-def test_a_job_its_worker_stops_naming_goes_out_again_soon() -> None:
-    book = LeaseBook(specs(1), lease_s=15.0)
-    book.issue(book.hand_out(1)[0], 0.0)
-    book.beat("w", ["e0"], 1.0)
-    book.beat("w", [], 2.0)
-    (lease,) = book.due(6.0)
+def test_a_job_its_worker_stops_naming_is_renewed_no_more() -> None:
+    book = LeaseBook(specs(2), lease_s=15.0)
+    for spec in book.hand_out(2):
+        book.issue(spec, 0.0)
+    book.beat("w", ["e0", "e1"], 1.0)
+    book.beat("w", ["e1"], 2.0)  # e0's result is on the way (a busy worker's comes late)
+    book.beat("w", ["e1"], 14.0)
+    assert book.due(15.9) == []
+    (lease,) = book.due(16.0)
     assert lease.spec.id == "e0" and book.counts["reissued"] == 1
+    book.beat("w", [], 17.0, final=True)  # it left: e1 goes out again at once
+    (lease,) = book.due(17.5)
+    assert lease.spec.id == "e1"
 
 
 def test_an_episode_lost_with_its_workers_goes_out_alone_then_is_given_up() -> None:
