@@ -17,11 +17,13 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
+from parley.agents.backends.bodies import ACCEPT_ENCODING, PIECE, limited
 from parley.agents.backends.network import request_options
 
 Dialect = Literal[
@@ -33,6 +35,7 @@ ConstraintForm = Literal["choice", "json_schema"]
 Source = Literal["config", "host", "probe"]
 
 PROBE_TIMEOUT_S = 3.0
+PROBE_MAX_BYTES = 1024 * 1024  # the most of one probe's answer: model lists and versions are small
 # What the probe asks, relative to the server root (the base URL less ``/v1``), and the model
 # list relative to the base URL.
 ROOT_PATHS = ("/props", "/version", "/api/version", "/info")
@@ -224,12 +227,16 @@ def root(url: str) -> str:
 async def _get_json(session: Any, url: str, headers: Mapping[str, str]) -> Any:
     """The JSON answer at ``url``, or None (not 200, not JSON, no answer); never raises."""
     options = request_options(url)
-    sent = {**dict(headers), **options.pop("headers", {})}
+    sent = {**dict(headers), **options.pop("headers", {}), "Accept-Encoding": ACCEPT_ENCODING}
     try:
-        async with session.get(url, headers=sent, **options) as response:
+        # As a model request: no redirect followed, the body decoded here and held to a limit.
+        async with session.get(url, headers=sent, allow_redirects=False, **options) as response:
             if response.status != 200:
                 return None
-            return await response.json(content_type=None)
+            pieces = limited(
+                response.content.iter_chunked(PIECE), PROBE_MAX_BYTES, response.headers
+            )
+            return json.loads(b"".join([piece async for piece in pieces]))
     except asyncio.CancelledError:
         raise
     except Exception:  # a probe tells what it can; anything else is no answer
@@ -256,7 +263,7 @@ async def probe(
     paths = {"/v1/models": f"{url.rstrip('/')}{MODELS_PATH}"}
     paths.update({p: base + p for p in ROOT_PATHS})
     timeout = aiohttp.ClientTimeout(total=timeout_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with aiohttp.ClientSession(timeout=timeout, auto_decompress=False) as session:
         got = await asyncio.gather(*(_get_json(session, u, headers or {}) for u in paths.values()))
     answers = dict(zip(paths, got, strict=True))
     return identify(backend, url, answers, served), answers
