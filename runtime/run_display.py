@@ -21,13 +21,8 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from parley.runtime.status import (
-    LOG_EVERY_S,
-    pairing_fields,
-    progress_fields,
-    rate_fields,
-    status_line,
-)
+from parley.runtime import status
+from parley.runtime.status import pairing_fields, progress_fields, rate_fields, status_line
 
 if TYPE_CHECKING:
     from parley.bus.messages import RunStatus
@@ -37,8 +32,9 @@ if TYPE_CHECKING:
 class RunDisplay:
     """The progress of the run ``name`` on ``console``: a table refreshed four times a second
     where ``console`` is a terminal, else a :func:`status_line` on stderr every
-    ``log_every_s`` (default :data:`LOG_EVERY_S`); nothing when ``quiet``. It shows "starting…"
-    until :attr:`scheduler` is set and has published a status."""
+    ``log_every_s`` (default :data:`~parley.runtime.status.LOG_EVERY_S`); nothing when
+    ``quiet``. It shows "starting…" until :attr:`scheduler` is set and has published a
+    status."""
 
     def __init__(
         self, console: Console, name: str, *, quiet: bool, log_every_s: float | None
@@ -46,7 +42,8 @@ class RunDisplay:
         self.console = console
         self.name = name
         self.quiet = quiet
-        self.log_every_s = log_every_s or LOG_EVERY_S
+        # The status module's default as it is now, not as it was when this was imported.
+        self.log_every_s = log_every_s or status.LOG_EVERY_S
         self.live = not quiet and console.is_terminal
         self.scheduler: RunScheduler | None = None
         # Not transient: the last figures stay on the screen above the results.

@@ -179,7 +179,8 @@ class StartPacer:
 
 
 class Scheduler:
-    """Plays a list of episode specs with at most ``concurrency`` at once.
+    """Plays a list of episode specs in this process, at most ``concurrency`` at once (a
+    :class:`~parley.runtime.run_scheduler.RunScheduler`).
 
     ``stop()`` (Ctrl-C) ends the episodes in flight as ``cancelled``, records them and returns;
     the folder stays resumable. ``pause()`` starts no new episode until ``resume()`` (those
@@ -625,14 +626,7 @@ async def _run_in_folder(
     # Opened before the first episode, and before any thread or file of the run's is started:
     # a memory file of another schema, or one that cannot be opened, stops the run here.
     store = open_memory_store(config, folder.path, specs)
-    tracing = Tracing(
-        folder.path,
-        enabled=config.tracing.enabled,
-        content=config.tracing.content,
-        sample=config.tracing.sample,
-        messages=messages,
-        attributes={"parley.run": run_id},
-    )
+    tracing = _run_tracing(config, folder, messages)
     tracing.activate()
     writer = ResultWriter(folder, run_id)
     writer.start()
@@ -660,16 +654,7 @@ async def _run_in_folder(
     stopped: list[str] = []
     if config.fail_on_error is not None:
         scheduler.progress.watch = error_watch(config.fail_on_error, scheduler.stop, stopped)
-    status = StatusPublisher(
-        the_bus,
-        scheduler,
-        run=run_id,
-        process="main",
-        name=config.name,
-        endpoints=scheduler.endpoint_figures,
-        prices=usd_prices(config.models),
-        folder=str(folder.path.resolve()),
-    )
+    status = _run_status(config, folder, scheduler, the_bus)
     scheduler.status = status
     if on_start is not None:
         on_start(scheduler)
@@ -691,6 +676,35 @@ async def _run_in_folder(
         if options.memory_store is not None:
             options.memory_store.close()
     return _outcome(folder, scheduler, processes, lag, stopped)
+
+
+def _run_tracing(config: ExperimentConfig, folder: RunFolder, messages: bool) -> Tracing:
+    """The run's tracing (``tracing:`` in the config), into ``folder``; ``messages``: spans
+    for the bus messages too."""
+    return Tracing(
+        folder.path,
+        enabled=config.tracing.enabled,
+        content=config.tracing.content,
+        sample=config.tracing.sample,
+        messages=messages,
+        attributes={"parley.run": folder.run_id},
+    )
+
+
+def _run_status(
+    config: ExperimentConfig, folder: RunFolder, scheduler: RunScheduler, bus: Bus
+) -> StatusPublisher:
+    """The status of the whole run (process ``main``), published on ``bus`` once started."""
+    return StatusPublisher(
+        bus,
+        scheduler,
+        run=folder.run_id,
+        process="main",
+        name=config.name,
+        endpoints=scheduler.endpoint_figures,
+        prices=usd_prices(config.models),
+        folder=str(folder.path.resolve()),
+    )
 
 
 def _scheduler(
