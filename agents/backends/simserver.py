@@ -126,6 +126,12 @@ class Fault(_Strict):
     (no answer for ``hang_s``), ``truncated`` (the body stops half-way), ``garbage`` (200 with a
     body that is not JSON), ``disconnect`` (the connection is closed without an answer),
     ``body`` (200 with ``body`` as the JSON answer: valid JSON of the wrong shape).
+
+    Hostile servers, whose bytes written are counted (``/sim/stats``: ``hostile_bytes``):
+    ``gzip_bomb`` (a small gzip body that decompresses to ``size`` bytes), ``huge`` (a body
+    of ``size`` bytes, written as the client reads it, with no Content-Length), ``endless``
+    (a body, or a stream of events, that never ends), ``endless_headers`` (headers that never
+    end), ``redirect`` (307 to ``location``).
     """
 
     kind: Literal[
@@ -137,6 +143,11 @@ class Fault(_Strict):
         "garbage",
         "disconnect",
         "body",
+        "gzip_bomb",
+        "huge",
+        "endless",
+        "endless_headers",
+        "redirect",
     ]
     rate: float = Field(default=1.0, ge=0.0, le=1.0)
     first: int | None = Field(default=None, ge=0)
@@ -144,6 +155,8 @@ class Fault(_Strict):
     retry_after_s: float | None = 1.0
     hang_s: float = Field(default=60.0, ge=0.0)
     body: Any = None
+    size: int = Field(default=200 * 1024 * 1024, ge=0)
+    location: str = "/"
 
 
 class SimConfig(_Strict):
@@ -436,6 +449,10 @@ class SimServer:
             return _error(api, 504, "timeout", "simulated hang ended", {})
         if fault.kind == "body":
             return web.json_response(fault.body)
+        if fault.kind == "redirect":
+            return web.Response(status=307, headers={"Location": fault.location})
+        if fault.kind in ("gzip_bomb", "huge", "endless", "endless_headers"):
+            return await self._hostile(request, fault, api, stream)
         if fault.kind == "garbage":
             if stream:
                 return web.Response(body=b"data: {not json\n\n", content_type="text/event-stream")
@@ -458,6 +475,64 @@ class SimServer:
                 await response.prepare(request)
                 await response.write(body[: len(body) // 2])
         # truncated and disconnect: drop the connection without finishing the answer
+        if request.transport is not None:
+            request.transport.close()
+        return response
+
+    async def _hostile(
+        self, request: web.Request, fault: Fault, api: str, stream: bool
+    ) -> web.StreamResponse:
+        """A hostile answer, written until it is done or the client goes away."""
+        response = web.StreamResponse(status=200)
+        written = 0
+        try:
+            if fault.kind == "endless_headers":
+                transport = request.transport
+                head = b"HTTP/1.1 200 OK\r\n"
+                n = 0
+                while transport is not None and not transport.is_closing():
+                    transport.write(head)
+                    written += len(head)
+                    self.stats["hostile_bytes"] += len(head)
+                    n += 1
+                    head = f"X-Pad-{n}: {'x' * 64}\r\n".encode()
+                    # As a socket's writer would: wait while the client reads no more.
+                    while transport.get_write_buffer_size() > 64 * 1024:
+                        if transport.is_closing():
+                            break
+                        await asyncio.sleep(0.01)
+                return response
+            response.content_type = "text/event-stream" if stream else "application/json"
+            if fault.kind == "gzip_bomb":
+                response.headers["Content-Encoding"] = "gzip"
+                body = _bomb(fault.size)
+                response.content_length = len(body)
+                await response.prepare(request)
+                await response.write(body)
+                self.stats["hostile_bytes"] += len(body)
+                await response.write_eof()
+                return response
+            await response.prepare(request)
+            if fault.kind == "endless" and stream:
+                # A real stream's start, then its one content event again and again.
+                events = _stream_events(api, "sim", ["more "], 1, 1)
+                first = next(i for i, e in enumerate(events) if e.pop("_piece", False))
+                for event in events[:first]:
+                    await response.write(_sse(api, event))
+                piece = _sse(api, events[first])
+                while True:
+                    await response.write(piece)
+                    self.stats["hostile_bytes"] += len(piece)
+            chunk = b'{"choices": [' + b" " * (64 * 1024 - 13)
+            while fault.kind == "endless" or written < fault.size:
+                piece = chunk[: fault.size - written] if fault.kind == "huge" else chunk
+                await response.write(piece)
+                written += len(piece)
+                self.stats["hostile_bytes"] += len(piece)
+                chunk = b" " * len(chunk)
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client went away (aiohttp's ClientConnectionResetError is both)
         if request.transport is not None:
             request.transport.close()
         return response
@@ -818,6 +893,22 @@ def _stream_events(
         }
     )
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _bomb(size: int) -> bytes:
+    """A gzip body that decompresses to ``size`` bytes: the start of a JSON reply, then spaces."""
+    import zlib
+
+    packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    parts = [packer.compress(b'{"choices": [')]
+    block = b" " * (1024 * 1024)
+    left = max(0, size - 13)
+    while left > 0:
+        parts.append(packer.compress(block[:left]))
+        left -= len(block)
+    parts.append(packer.flush())
+    return b"".join(parts)
 
 
 def _sse(api: str, event: dict[str, Any]) -> bytes:
