@@ -15,6 +15,7 @@ import aiohttp
 import yarl
 
 from parley.agents.backends import dialect
+from parley.agents.backends.bodies import Redirected
 from parley.agents.backends.dialect import ServerInfo
 from parley.agents.backends.formats import (
     Reply,
@@ -132,6 +133,8 @@ class Endpoint:
             # One handler, as mypy cannot type a starred tuple in an except clause.
             connection = (aiohttp.ClientError, OSError, TimeoutError)
             if isinstance(exc, connection + _loaded_sdk_errors().connection):
+                return False
+            if isinstance(exc, (Failure, Redirected)):  # a reply too large, a redirect
                 return False
             if type(exc).__module__.split(".")[0] in _SDKS:  # the SDK's HTTP client's own errors
                 return False  # (httpx2.HTTPError)

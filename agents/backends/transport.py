@@ -198,6 +198,10 @@ def _error_status(status: int, headers: Mapping[str, str], body: bytes) -> Failu
     return status_failure(status, headers, f"HTTP {status}: {text[:300]}")
 
 
+# The replies a batch's results are allowed the size of (the batch API's own downloads).
+BATCH_REPLIES = 256
+
+
 def _http_client(module: Any, spec: ModelSpec, url: str) -> httpx2.AsyncClient:
     import httpx2
 
@@ -232,6 +236,10 @@ async def _on_response(limit: int, response: httpx2.Response) -> None:
             source = yarl.URL(str(response.request.url))
             target = redirect_target(source, response.status_code, response.headers.get("location"))
             raise Redirected(response.status_code, target)
+        path = response.request.url.path
+        if "/batches" in path or "/files" in path:
+            # A batch's results hold all its replies (batch.py): held to that many.
+            limit *= BATCH_REPLIES
         body = BodyLimit(limit, response.headers)
     except BaseException:
         await response.aclose()
