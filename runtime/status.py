@@ -33,6 +33,7 @@ from parley.bus import topics
 from parley.bus.base import Bus
 from parley.bus.messages import EndpointStatus, RunStatus
 from parley.event_loop import LoopLagProbe
+from parley.records import TokenCounts
 
 log = logging.getLogger("parley.runtime.status")
 
@@ -115,11 +116,12 @@ def usd_prices(models: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
 
 
 def model_tokens(
-    players: Mapping[str, Any], tokens: Mapping[str, Mapping[str, int]]
+    players: Mapping[str, Any], tokens: Mapping[str, Mapping[str, int] | TokenCounts]
 ) -> dict[str, tuple[int, int]]:
     """An episode's tokens by model: (input, output) summed over the roles models played.
-    ``players`` are an episode's player specs (objects or their JSON); built-in players'
-    words are not model tokens."""
+    ``players`` are an episode's player specs (objects or their JSON); ``tokens`` a result's
+    counts or a record's (``EpisodeRecord.tokens``); built-in players' words are not model
+    tokens."""
     out: dict[str, tuple[int, int]] = {}
     for role, used in tokens.items():
         player = players.get(role)
