@@ -192,7 +192,7 @@ class Prompt:
     @property
     def text(self) -> str:
         """The current observation's text."""
-        return "\n\n".join(p.text for p in self.working.observation if isinstance(p, TextPart))
+        return _text(self.working.observation, "\n\n")
 
     @property
     def images(self) -> list[ImagePart]:
@@ -209,7 +209,14 @@ def _has_image(parts: Sequence[Part]) -> bool:
 
 
 def _pair(entry: MemoryEntry) -> tuple[str, str]:
-    return entry.speaker, "\n".join(p.text for p in entry.parts if isinstance(p, TextPart))
+    return entry.speaker, _text(entry.parts, "\n")
+
+
+def _text(parts: Sequence[Part], sep: str) -> str:
+    """The texts of ``parts`` joined by ``sep``, images left out."""
+    if len(parts) == 1 and type(parts[0]) is TextPart:
+        return parts[0].text  # the usual single text, without a generator
+    return sep.join(p.text for p in parts if isinstance(p, TextPart))
 
 
 def _labelled(entry: MemoryEntry) -> list[Part]:

@@ -182,6 +182,7 @@ def turn_request(
     seen = images if images is not None else {}
     obs = turn.observation
     observation = _parts(obs.text, obs.images, seen)
+    incoming = [_utterance(m.sender, _parts(m.text, m.images, seen)) for m in turn.incoming]
     request = TurnRequest(
         run=run,
         episode=episode,
@@ -191,13 +192,14 @@ def turn_request(
         role=turn.role,
         system=system,
         feedback=turn.feedback,
-        incoming=[_utterance(m.sender, _parts(m.text, m.images, seen)) for m in turn.incoming],
         legal_actions=turn.legal_actions,
         view=obs.data,
     )
-    # Assigned, not validated again: _parts made the list, of parts validated as they were
-    # made (validating a list of parts looks up each part's type by its discriminator).
+    # Assigned, not validated again: the lists are made here, of parts and utterances
+    # validated as they were made (validating a list of parts looks up each part's type by
+    # its discriminator). The game's own lists and dicts are validated: that copies them.
     request.observation = observation
+    request.incoming = incoming
     return request
 
 
