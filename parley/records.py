@@ -219,7 +219,11 @@ def parse_message(line: bytes | str) -> dict[str, Any] | None:
 # where a number goes, a negative byte offset make a line damaged, as a line that is not JSON
 # is), frozen (readers share one record), and open to keys it does not name (``extra``): a
 # newer minor change or a plugin may add some; they are kept, read back and written again.
-_STRICT = ConfigDict(strict=True, frozen=True, extra="allow", populate_by_name=True)
+# ``protected_namespaces=()``: the record's own ``model_time_s`` and ``model_calls`` are no
+# clash with pydantic's ``model_`` methods (pydantic before 2.10 warns of them otherwise).
+_STRICT = ConfigDict(
+    strict=True, frozen=True, extra="allow", populate_by_name=True, protected_namespaces=()
+)
 
 RoleResult = Literal["win", "loss", "draw"]
 # A score as the game gave it: an int stays one (its JSON is the same, read back or not).
