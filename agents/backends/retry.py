@@ -152,6 +152,9 @@ def classify(exc: BaseException) -> Failure:
         cause, aiohttp.ServerTimeoutError
     ):
         return Failure("connection", _short(cause))
+    if isinstance(cause, aiohttp.ClientResponseError):
+        # A response whose head could not be read (too many headers, a line too long).
+        return Failure("bad_response", f"unreadable response head: {_short(cause)}")
     sdk = _loaded_sdk_errors()
     if isinstance(exc, sdk.status):
         status = exc.status_code  # type: ignore[attr-defined]
@@ -159,7 +162,12 @@ def classify(exc: BaseException) -> Failure:
     if isinstance(exc, (*_TIMEOUTS, *sdk.timeouts)):
         return Failure("timeout", _short(exc) or "no answer in time")
     if isinstance(exc, (*_CONNECTION, *sdk.connection)):
-        return Failure("connection", _short(exc) or type(exc).__name__)
+        message = _short(exc) or type(exc).__name__
+        under = exc.__cause__
+        if isinstance(exc, sdk.connection) and under is not None:
+            # The SDK's own text is only "Connection error.": what its HTTP client said too.
+            message = f"{message} ({_short(under)})"
+        return Failure("connection", message)
     if isinstance(exc, (*_BAD, *sdk.bad)):
         return Failure("bad_response", _short(exc) or type(exc).__name__)
     raise exc
