@@ -57,6 +57,7 @@ from parley.bus import topics
 from parley.bus.base import Bus, Subscription
 from parley.bus.messages import Control, Job, JobResult, Outcome, WorkerHeartbeat
 from parley.observability import tracing as tracing_module
+from parley.records import record_of
 from parley.runtime.episode import EpisodeOptions
 from parley.runtime.experiment import EpisodeSpec
 from parley.runtime.leases import LeaseBook
@@ -532,12 +533,13 @@ class RemoteScheduler:
         try:
             if self.signer is not None and not _verify(message, self.signer.public_b64):
                 raise ValueError("its signature is not the run key's")
-            if not isinstance(record.get("episode"), str):
-                raise ValueError("its record names no episode")
-            if record.get("outcome") not in {*_OUTCOMES, Outcome.CANCELLED.value}:
-                raise ValueError(f"outcome {record.get('outcome')!r}")
-            if record.get("run") != self.run_id:
-                raise ValueError(f"its record is of run {record.get('run')!r}")
+            # What a worker sends is checked as any reader of a record would read it (a
+            # NotARecord is a ValueError: it says what the record lacks).
+            typed = record_of(record)
+            if typed.outcome not in {*_OUTCOMES, Outcome.CANCELLED.value}:
+                raise ValueError(f"outcome {typed.outcome!r}")
+            if typed.run != self.run_id:
+                raise ValueError(f"its record is of run {typed.run!r}")
             images = {}
             for sha, data in message.images.items():
                 raw = base64.b64decode(data, validate=True)
@@ -549,7 +551,7 @@ class RemoteScheduler:
             self._counts["malformed"] += 1
             log.warning("run %s: dropped a result from %s: %s", self.run_id, message.worker, exc)
             return None
-        return EncodedResult(dict(record), transcript, images, message.metrics)
+        return EncodedResult(typed.json_dict(), transcript, images, message.metrics)
 
     async def _record(self, result: EncodedResult) -> None:
         try:
