@@ -77,6 +77,23 @@ async def test_a_reply_over_the_limit_is_stopped_while_read_and_not_retried(
     assert sim.stats()["hostile_bytes"] <= read + SLACK
 
 
+@pytest.mark.parametrize("extra", [{"transport": "sdk"}, {"transport": "direct"}])
+async def test_six_episodes_at_once_against_200mb_bodies_each_read_about_the_limit(
+    sim: SimServerProcess, tmp_path: Path, extra: dict[str, Any]
+) -> None:
+    config = _solver_faces(sim, {"kind": "huge", "size": 200 * 1024 * 1024}, extra)
+    config = wire_config(
+        {name: entry.model_dump() for name, entry in config.models.items()},
+        [{"solver": "solver", "expert": "expert"}],
+        seeds=list(range(6)),
+    )
+    records = await play(config, tmp_path)
+    assert [r["outcome"] for r in records] == ["error"] * 6
+    assert all("too_large" in r["reason"] for r in records), [r["reason"] for r in records]
+    assert sum(r["model_calls"]["solver"]["attempts"] for r in records) == 6
+    assert sim.stats()["hostile_bytes"] <= 6 * (LIMIT + SLACK)
+
+
 @pytest.mark.parametrize(
     ("fault", "extra"),
     [
