@@ -51,6 +51,7 @@ class BodyLimit:
         encoding = headers.get("content-encoding", "").strip().lower()
         self._inflate: Any = None
         self._deflate = False
+        self._pending = b""
         if encoding in ("gzip", "x-gzip"):
             self._inflate = zlib.decompressobj(zlib.MAX_WBITS | 16)
         elif encoding == "deflate":
@@ -69,10 +70,13 @@ class BodyLimit:
         self.raw += len(data)
         if self.raw > self.limit:
             raise too_large(self.limit, self.raw, self.decoded, "a reply")
-        if self._deflate and self._inflate is None and data:
-            zlib_header = (
-                (data[0] & 0x0F) == 8 and len(data) > 1 and (data[0] * 256 + data[1]) % 31 == 0
-            )
+        if self._deflate and self._inflate is None:
+            data = self._pending + data
+            if len(data) < 2:
+                self._pending = data  # too little yet to tell zlib's header from raw deflate
+                return []
+            self._pending = b""
+            zlib_header = (data[0] & 0x0F) == 8 and (data[0] * 256 + data[1]) % 31 == 0
             self._inflate = zlib.decompressobj(zlib.MAX_WBITS if zlib_header else -zlib.MAX_WBITS)
         if self._inflate is None:
             self.decoded += len(data)

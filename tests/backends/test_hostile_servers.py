@@ -8,13 +8,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from parley.agents.backends.bodies import PIECE
+from parley.agents.backends.bodies import PIECE, BodyLimit
 from parley.agents.backends.cache import ResponseCache
+from parley.agents.backends.retry import Failure
 from parley.agents.backends.simserver import SimServerProcess
 from parley.runtime.config import load_config
 from tests.backends.conftest import FAST_RETRY, failed_calls, model, play, wire_config
@@ -219,3 +221,29 @@ async def test_a_corrupt_cache_file_warns_once(
     assert found == [None] * 16
     warnings = [r for r in caplog.records if "response cache" in r.getMessage()]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate-zlib", "deflate-raw", "identity"])
+def test_each_encoding_asked_for_is_decoded_in_bounded_pieces(encoding: str) -> None:
+    text = b'{"choices": []}' + b" " * (3 * PIECE)
+    if encoding == "gzip":
+        packer = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    elif encoding == "deflate-raw":
+        packer = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    else:
+        packer = zlib.compressobj(9)
+    sent = text if encoding == "identity" else packer.compress(text) + packer.flush()
+    body = BodyLimit(LIMIT, {"content-encoding": encoding.partition("-")[0]})
+    pieces = body.feed(sent[:1]) + body.feed(sent[1:]) + body.flush()
+    assert b"".join(pieces) == text
+    assert max(len(p) for p in pieces) <= max(PIECE, len(sent))
+    assert (body.raw, body.decoded) == (len(sent), len(text))
+
+
+def test_a_reply_that_cannot_fit_or_was_not_asked_for_is_refused_before_it_is_read() -> None:
+    with pytest.raises(Failure, match="Content-Length") as err:
+        BodyLimit(LIMIT, {"content-length": str(LIMIT + 1)})
+    assert err.value.kind == "too_large" and not err.value.retryable
+    with pytest.raises(Failure, match="'br'") as err:
+        BodyLimit(LIMIT, {"content-encoding": "br"})
+    assert err.value.kind == "bad_response"
