@@ -816,6 +816,12 @@ def _outcome(
     if isinstance(scheduler, RemoteScheduler):
         # Jobs issued again, duplicates dropped, refusals, the workers seen (docs/distributed.md).
         folder.note(workers="remote", loop_lag=loop_lag, errors=errors, remote=scheduler.summary())
+    elif isinstance(scheduler, WorkerScheduler):
+        # The same lease book as a remote run's: issued, re-issued, duplicates, given up.
+        leases = scheduler.summary()
+        folder.note(
+            workers=processes, loop_lag=loop_lag, errors=errors, takeovers=takeovers, leases=leases
+        )
     else:
         folder.note(workers=processes, loop_lag=loop_lag, errors=errors, takeovers=takeovers)
     return RunOutcome(

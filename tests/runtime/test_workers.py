@@ -150,6 +150,8 @@ async def test_an_episode_that_kills_its_worker_twice_is_an_error_and_the_run_fi
     assert [t["worker"] for t in run["takeovers"]] == [1, 1, 1]
     assert run["takeovers"][-1]["given_up"] == [by_seed[5]["episode"]]
     assert all(t["exit_code"] == 3 for t in run["takeovers"])
+    # The lease book's counts, as a distributed run's: one episode given up, none doubled.
+    assert (run["leases"]["given_up"], run["leases"]["duplicates"]) == (1, 0)
 
 
 async def test_a_killed_worker_is_taken_over_and_the_run_finishes(tmp_path: Path) -> None:
