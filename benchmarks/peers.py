@@ -583,9 +583,9 @@ start, cpu = time.perf_counter(), time.process_time()
 outcome = event_loop.run(run_experiment(config, out / "run"))
 seconds, cpu_s = time.perf_counter() - start, time.process_time() - cpu
 mark()
-print(json.dumps({"episodes": len(outcome.records), "turns": sum(r["turns"] for r in outcome.records),
+print(json.dumps({"episodes": len(outcome.records), "turns": sum(r.turns for r in outcome.records),
                   "seconds": seconds, "cpu_s": cpu_s, "pid": os.getpid(),
-                  "won": sum(r["outcome"] == "success" for r in outcome.records)}))
+                  "won": sum(r.outcome == "success" for r in outcome.records)}))
 """
 
 
