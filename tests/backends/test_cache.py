@@ -12,6 +12,7 @@ import pytest
 
 from parley.agents.backends.cache import ResponseCache, request_key
 from parley.agents.backends.simserver import SimServerProcess
+from parley.records import EpisodeRecord
 from parley.runtime.cli import main as cli
 from parley.runtime.report import build_report
 from tests.backends.conftest import FAST_RETRY, base_sim, model, play, wire_config
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.anyio
 TIMING = {"run", "started_at", "finished_at", "duration_s", "model_time_s", "transcript"}
 
 
-def _comparable(record: dict[str, Any]) -> dict[str, Any]:
+def _comparable(typed: EpisodeRecord) -> dict[str, Any]:
+    record = typed.json_dict()
     out = {k: v for k, v in record.items() if k not in TIMING}
     out["model_calls"] = {
         role: {k: v for k, v in calls.items() if k not in ("call_s", "cached")}
