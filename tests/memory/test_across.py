@@ -160,8 +160,9 @@ def _newer_schema(path: Path) -> Path:
     return path
 
 
-def _write_many(path: str, key: str) -> None:
-    store = SQLiteEpisodeStore(path)  # opened at once by every process: a fresh file
+def _write_many(path: str, key: str, start: Any) -> None:
+    start.wait(60)  # every process opens the fresh file at the same moment
+    store = SQLiteEpisodeStore(path)
     for seed in range(50):
         store.before(key, (seed, 0, f"e{seed}"), 3)
         store.put(memory(f"e{seed}", seed, f"note {seed}", key=key))
@@ -172,8 +173,11 @@ def test_processes_opening_and_writing_one_file_at_once_lose_nothing(tmp_path: P
     import multiprocessing
 
     path = str(tmp_path / "shared.sqlite")
-    context = multiprocessing.get_context("fork")
-    processes = [context.Process(target=_write_many, args=(path, f"k{i}")) for i in range(4)]
+    # Spawned, not forked: a test worker may still run threads of earlier tests, and a child
+    # forked while one of them holds a lock (logging's, an import's) can wait on it for ever.
+    context = multiprocessing.get_context("spawn")
+    start = context.Barrier(4)
+    processes = [context.Process(target=_write_many, args=(path, f"k{i}", start)) for i in range(4)]
     for p in processes:
         p.start()
     for p in processes:
