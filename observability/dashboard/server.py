@@ -2,9 +2,11 @@
 
 The browser says which view it shows (``{"view": "run", "run": …}``) and the server sends that
 view again whenever it changed, at most :data:`UPDATES_PER_S` times a second, whatever the
-number of episodes behind it. Bound to 127.0.0.1 by default; on any other address every HTTP
-and WebSocket request must carry the token printed in the URL (``?token=``, or the cookie the
-first page sets).
+number of episodes behind it. Bound to 127.0.0.1 by default. Any web page the user visits can
+reach loopback too, so on every address (see :meth:`Dashboard._guard`): every request needs the
+token printed in the URL (``?token=``, the ``X-Parley-Token`` header, or the cookie the first
+page sets), a ``Host`` of the dashboard itself, and no other site's ``Origin``; a POST takes
+``application/json`` only. A human player's seat checks its own seat token instead.
 
 Example::
 
@@ -42,6 +44,7 @@ UPDATES_PER_S = 4
 _SEAT_KINDS = ("episode_started", "episode_finished")
 INGEST_EVERY_S = 0.05
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "::", "")
 SEAT_FILES = ("seat.js", "seat.css", "dom.js")  # what a seat's page loads
 TOKEN_COOKIE = "parley_token"
 _SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -101,12 +104,8 @@ class Dashboard:
         self.hub = hub or Hub()
         self.host = host
         self.port = port
-        # Loopback needs none; any other address gets one, random unless given.
-        self.token = (
-            token
-            if token is not None
-            else (None if host in LOOPBACK else secrets.token_urlsafe(18))
-        )
+        # Always one, loopback too: any page in the user's browser can reach loopback.
+        self.token: str = token or secrets.token_urlsafe(18)
         self.controller = controller
         self.bus: Bus | None = None
         # Human players' seats (docs/humans.md): pages of their own, opened by a seat token.
@@ -209,9 +208,25 @@ class Dashboard:
         return app
 
     @property
-    def url(self) -> str:
+    def base(self) -> str:
+        """The dashboard's address without its token, e.g. ``http://127.0.0.1:8765/``."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
+        return f"http://{host}:{self.port}/"
+
+    @property
+    def url(self) -> str:
+        """The URL to open: the address with the token (its page then sets the cookie)."""
+        return f"{self.base}?token={self.token}"
+
+    def hosts(self) -> set[str] | None:
+        """The ``Host`` values this dashboard answers (None: any, when bound to every address,
+        where the token still guards every request)."""
+        if self.host in WILDCARD:
+            return None
+        names = {self.host, *LOOPBACK} if self.host in LOOPBACK else {self.host}
+        named = {f"[{n}]" if ":" in n else n for n in names}
+        # A browser leaves the port out where it is the scheme's own.
+        return {f"{n}:{self.port}" for n in named} | (named if self.port == 80 else set())
 
     async def start(self) -> str:
         """Serve (and start the once-a-second tick); returns the URL to open."""
@@ -251,9 +266,34 @@ class Dashboard:
 
     @web.middleware
     async def _guard(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """Refuse what another site's page (or a DNS-rebound name) could send, then the token."""
+        host = request.headers.get("Host", "").lower()
+        allowed = self.hosts()
+        if allowed is not None and host not in allowed:
+            # A name that resolves to this address but is not ours: DNS rebinding, or a typo.
+            raise web.HTTPMisdirectedRequest(
+                text=f"this dashboard does not answer for Host {host!r}: open the URL it printed"
+            )
+        origin = request.headers.get("Origin")
+        if origin is not None and origin.lower() != f"http://{host}":
+            raise web.HTTPForbidden(text="requests from another site's page are refused")
+        # Browsers say where a request comes from; a page on another port of 127.0.0.1 is
+        # "same-site" and would carry the cookie. Following a link (a GET) is let through.
+        fetched_from = request.headers.get("Sec-Fetch-Site", "")
+        navigation = request.method == "GET" and request.headers.get("Sec-Fetch-Mode") in (
+            "navigate",
+            None,
+        )
+        if fetched_from in ("cross-site", "same-site") and not navigation:
+            raise web.HTTPForbidden(text="requests from another site's page are refused")
+        if request.method not in ("GET", "HEAD") and request.content_type != "application/json":
+            # A form or a no-cors fetch cannot send JSON: it needs a preflight, which fails.
+            raise web.HTTPUnsupportedMediaType(
+                text=f"this takes application/json only, not {request.content_type!r}"
+            )
         # A seat's pages check the seat's own token (a person gets that, not the dashboard's).
         seat = request.path.startswith(("/seat/", "/seat-static/"))
-        if self.token is not None and not seat:
+        if not seat:
             given = (
                 request.query.get("token")
                 or request.headers.get("X-Parley-Token")
@@ -265,7 +305,7 @@ class Dashboard:
                     text="this dashboard needs its token: open the URL it printed"
                 )
         response = await handler(request)
-        if self.token is not None and request.query.get("token") and not seat:
+        if request.query.get("token") and not seat:
             response.set_cookie(TOKEN_COOKIE, self.token, httponly=True, samesite="Strict")
         if not isinstance(response, web.WebSocketResponse):
             response.headers.setdefault("Content-Security-Policy", CSP)

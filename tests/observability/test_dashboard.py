@@ -256,7 +256,7 @@ def test_embedded_dashboard(browser: Any, tmp_path: Path) -> None:
     page = new_page(browser)
     try:
         url = run.url()
-        assert url == f"http://127.0.0.1:{port}/"  # loopback: no token
+        assert url.startswith(f"http://127.0.0.1:{port}/?token=")  # loopback too
         check_dashboard(page, url, run_dir, tmp_path)
         assert run.wait() == 0, "".join(run.lines)
     finally:

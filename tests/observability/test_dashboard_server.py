@@ -179,8 +179,9 @@ async def test_episode_index_at_100000_episodes(tmp_path: Path) -> None:
         pass  # a large folder is read in steps
     assert state is not None and len(state.index) == 100_000
     dashboard = Dashboard(hub, port=0)
-    url = await dashboard.start()
-    async with aiohttp.ClientSession() as http:
+    await dashboard.start()
+    url = dashboard.base
+    async with aiohttp.ClientSession(headers={"X-Parley-Token": dashboard.token}) as http:
         query = "game=comma.atm&outcome=lost&pairing=solver%3Db%2C%20expert%3Dscripted"
         async with http.get(f"{url}api/runs/big/episodes?{query}&sort=main_score&desc=1") as r:
             assert r.status == 200
@@ -343,16 +344,20 @@ async def test_token_is_checked_on_every_request() -> None:
         async with http.ws_connect(f"{base}ws?token={dashboard.token}") as ws:
             assert json.loads((await ws.receive()).data)["type"] == "runs"
     await dashboard.stop()
-    assert Dashboard(Hub()).token is None  # loopback needs none
+    assert Dashboard(Hub()).token  # loopback too: any page can reach it
 
 
 async def test_a_view_gets_a_few_updates_a_second_however_busy_the_run() -> None:
     bus = LocalBus()
     dashboard = Dashboard(Hub(), port=0)
     await dashboard.watch(bus)
-    url = await dashboard.start()
+    await dashboard.start()
+    url = dashboard.base
     received = 0
-    async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
+    async with (
+        aiohttp.ClientSession(headers={"X-Parley-Token": dashboard.token}) as http,
+        http.ws_connect(url + "ws") as ws,
+    ):
         await ws.send_str(json.dumps({"view": "run", "run": RUN}))
         begun = time.monotonic()
 
@@ -382,8 +387,12 @@ async def test_an_episode_tab_opened_before_its_run_is_known_shows_the_episode()
     bus = LocalBus()
     dashboard = Dashboard(Hub(), port=0)
     await dashboard.watch(bus)
-    url = await dashboard.start()
-    async with aiohttp.ClientSession() as http, http.ws_connect(url + "ws") as ws:
+    await dashboard.start()
+    url = dashboard.base
+    async with (
+        aiohttp.ClientSession(headers={"X-Parley-Token": dashboard.token}) as http,
+        http.ws_connect(url + "ws") as ws,
+    ):
         await ws.send_str(json.dumps({"view": "episode", "run": RUN, "episode": "e1"}))
         while True:  # the runs view comes first, then the asked view
             first = json.loads((await asyncio.wait_for(ws.receive(), 10)).data)
@@ -404,11 +413,12 @@ async def test_control_from_a_bus_dashboard_is_a_control_message() -> None:
     bus = LocalBus()
     dashboard = Dashboard(Hub(), port=0)
     await dashboard.watch(bus)
-    url = await dashboard.start()
+    await dashboard.start()
+    url = dashboard.base
     run_sub = bus.subscribe(topics.control(RUN))
     episode_sub = bus.subscribe(topics.episode_control(RUN, "e7"))
     control = f"{url}api/runs/{RUN}/control"
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers={"X-Parley-Token": dashboard.token}) as http:
         async with http.post(control, json={"command": "pause"}) as r:
             assert r.status == 400 and "no run 'r1'" in await r.text()  # not heard of yet
         await bus.publish(topics.status(RUN, "main"), status(running=1), retain=True)

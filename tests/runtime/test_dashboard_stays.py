@@ -73,7 +73,7 @@ def test_the_dashboard_stays_after_the_run_until_ctrl_c(tmp_path: Path) -> None:
     try:
         stays = _wait_for(lines, "the dashboard stays at", proc, timeout_s=120)
         url = stays.split(" stays at ", 1)[1].split()[0]
-        assert url == f"http://127.0.0.1:{port}/"
+        assert url.startswith(f"http://127.0.0.1:{port}/?token=")
         with urllib.request.urlopen(url, timeout=10) as page:  # still served
             assert page.status == 200
         assert proc.poll() is None
