@@ -82,7 +82,7 @@ async def test_no_request_of_any_game_is_refused(
     assert len(records) == 5
     for r in records:
         assert r["outcome"] in GAME_OUTCOMES, (r["game"], r["reason"], r["error"])
-        assert REFUSAL not in json.dumps(r), r["episode"]
+        assert REFUSAL not in r.json_line(), r.episode
     responses = model_responses(tmp_path, records)
     assert {m["role"] for m in responses} == {"solver", "expert", "player", "describer", "guesser"}
     for m in responses:
