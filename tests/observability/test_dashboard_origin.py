@@ -12,6 +12,7 @@ token, a foreign ``Origin`` on the WebSocket.
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import threading
@@ -201,9 +202,28 @@ def test_another_sites_page_neither_drives_nor_reads_the_dashboard(
     assert "forged" not in json.dumps(aborted)
 
 
-@pytest.mark.anyio
-async def test_refusals_over_plain_http() -> None:
-    """Each rule on its own, from a client that sets any header it likes."""
+def test_refusals_over_plain_http() -> None:
+    """Each rule on its own, from a client that sets any header it likes. Its own event loop
+    in a thread of its own: this module's browser (Playwright's sync API) holds the main
+    thread's loop."""
+    failed: list[BaseException] = []
+
+    def play() -> None:
+        try:
+            asyncio.run(refusals())
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=play)
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "the refusals did not finish"
+    if failed:
+        raise failed[0]
+
+
+async def refusals() -> None:
+    """The plain HTTP checks, against a dashboard of its own."""
     dashboard = Dashboard(Hub(), port=0)
     await dashboard.start()
     base, token = dashboard.base, dashboard.token
@@ -240,7 +260,7 @@ async def test_refusals_over_plain_http() -> None:
             async with http.post(control, json={"command": "pause"}, headers=auth) as r:
                 assert r.status == 400 and "no bus" in await r.text()
             for headers in (
-                {**auth, "Origin": f"http://127.0.0.1:{free_port()}"},
+                {**auth, "Origin": f"http://127.0.0.1:{dashboard.port + 1}"},  # another port
                 {"Origin": f"http://127.0.0.1:{dashboard.port}"},  # its own origin, no token
                 {},  # no Origin, no token
             ):
