@@ -10,6 +10,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from parley.records import EpisodeRecord, read_records
+from parley.runtime.reports.escape import md
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
 # A family's own tables: the `parley.reports` entry point named after the family (parley's
@@ -87,8 +88,8 @@ def summary_rows(records: list[EpisodeRecord]) -> tuple[list[str], list[list[str
         counts = {o: sum(1 for r in group if r.outcome == o) for o in OUTCOMES}
         rows.append(
             [
-                game,
-                pairing,
+                md(game),
+                md(pairing),
                 str(len(group)),
                 *(str(counts[o]) for o in OUTCOMES),
                 rate_cell(counts["success"], len(group)),
@@ -108,7 +109,7 @@ def ending_rows(records: list[EpisodeRecord]) -> tuple[list[str], list[list[str]
     codes = sorted({code for counts in groups.values() for code in counts})
     header = ["game", "pairing", *codes]
     rows = [
-        [game, pairing, *(str(counts[c]) if counts[c] else "" for c in codes)]
+        [md(game), md(pairing), *(str(counts[c]) if counts[c] else "" for c in codes)]
         for (game, pairing), counts in sorted(groups.items())
     ]
     return header, rows
@@ -161,9 +162,9 @@ def human_rows(
         times = [t for r in group for t in seconds.get(r.episode, [])]
         rows.append(
             [
-                game,
-                pairing,
-                ", ".join(f"{role}: {kind}" for role, kind in kinds.items()),
+                md(game),
+                md(pairing),
+                md(", ".join(f"{role}: {kind}" for role, kind in kinds.items())),
                 str(len(group)),
                 rate_cell(sum(r.outcome == "success" for r in group), len(group)),
                 mean_cell([r.main_score for r in group], 1),
@@ -246,7 +247,7 @@ def failure_rows(
     total = sum(row[0] for row in reasons)
     header = ["episodes", "% of errors", "reason", "games and models", "e.g. episode"]
     rows = [
-        [str(n), rate_cell(n, total), head.replace("|", "\\|"), ", ".join(where), example]
+        [str(n), rate_cell(n, total), md(head), md(", ".join(where)), example]
         for n, head, where, example in reasons[:limit]
     ]
     if len(reasons) > limit:
@@ -261,7 +262,7 @@ def build_report(run_dir: str | Path) -> str:
 
     path = Path(run_dir)
     records = read_records(path)
-    parts = [f"# Report: {path.name}", "", f"{len(records)} episodes.", ""]
+    parts = [f"# Report: {md(path.name)}", "", f"{len(records)} episodes.", ""]
     header, rows = summary_rows(records)
     parts += [
         "## Outcomes by game and pairing",
@@ -298,7 +299,10 @@ def build_report(run_dir: str | Path) -> str:
                 else []
             ),
             *(
-                [f"Every episode of {', '.join(dead)} failed: check the key, server and name.", ""]
+                [
+                    f"Every episode of {md(', '.join(dead))} failed: check the key, server and name.",
+                    "",
+                ]
                 if dead
                 else []
             ),

@@ -15,6 +15,7 @@ from parley.agents.backends.batch import PRICE_FACTOR as BATCH_PRICE_FACTOR
 from parley.agents.backends.spec import PriceSpec
 from parley.records import EpisodeRecord, ModelCalls, TokenCounts
 from parley.runtime.report import fmt, markdown_table, mean, over_context
+from parley.runtime.reports.escape import md
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 from parley.user_files import YamlFileError, read_mapping
 
@@ -67,14 +68,16 @@ def pairing_tables(records: list[EpisodeRecord]) -> str:
             cells: dict[tuple[str, str], list[EpisodeRecord]] = defaultdict(list)
             for r in subset:
                 cells[(r.pairing[row_role], r.pairing[col_role])].append(r)
-            title = f"### {game}: {row_role} (rows) × {col_role} (columns)"
+            title = f"### {md(game)}: {md(row_role)} (rows) × {md(col_role)} (columns)"
             if rest:
-                title += " with " + ", ".join(f"{k}={v}" for k, v in zip(rest, fixed, strict=True))
+                title += " with " + md(
+                    ", ".join(f"{k}={v}" for k, v in zip(rest, fixed, strict=True))
+                )
             parts += [title, ""]
             for metric in metrics:
-                header = [f"{metric}: {row_role} \\ {col_role}", *cols]
+                header = [f"{metric}: {md(row_role)} \\ {md(col_role)}", *map(md, cols)]
                 body = [
-                    [row] + [_cell(cells.get((row, col), []), metric) for col in cols]
+                    [md(row)] + [_cell(cells.get((row, col), []), metric) for col in cols]
                     for row in rows
                 ]
                 parts += [markdown_table(header, body), ""]
@@ -160,7 +163,7 @@ def _usage_row(label: str, s: dict[str, Any]) -> list[str]:
     detail = ", ".join(f"{k} {n}" for k, n in sorted(s["retries"].items()))
     sources = ", ".join(sorted(s["sources"]))
     return [
-        label,
+        md(label),
         str(len(s["episodes"])),
         str(s["requests"]),
         f"{retries} ({detail})" if retries else "0",
@@ -266,7 +269,7 @@ def constrained_table(records: list[EpisodeRecord]) -> str:
         return ""
     header = ["game", "model", "role", "replies", "episodes", "success %", "main", "error %"]
     rows = [
-        [game, label, role, mode]
+        [md(game), md(label), md(role), mode]
         + [_cell(group, m) for m in ("episodes", "success %", "main", "error %")]
         for (game, label, role, mode), group in sorted(groups.items())
     ]
@@ -295,7 +298,7 @@ def _not_honoured(records: list[EpisodeRecord]) -> list[str]:
         return []
     header = ["model", "role", "constrained calls", "not honoured by the server"]
     rows = [
-        [label, role, str(sent), str(ignored)]
+        [md(label), md(role), str(sent), str(ignored)]
         for (label, role), (sent, ignored) in sorted(counts.items())
     ]
     return [
