@@ -81,9 +81,10 @@ def _parts(parts: Iterable[dict[str, Any]], image_src: Callable[[str], str]) -> 
     out = []
     for part in parts:
         if "image" in part:
-            src = image_src(part["image"])
+            # The image's name comes from the transcript: escaped, it cannot close the attribute.
+            src = _e(image_src(part["image"]))
             out.append(
-                f'<a href="{src}"><img class="stim" src="{src}" alt="image {part["image"][:12]}"></a>'
+                f'<a href="{src}"><img class="stim" src="{src}" alt="image {_e(part["image"][:12])}"></a>'
             )
         elif part.get("text"):
             out.append(_e(part["text"]))

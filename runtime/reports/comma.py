@@ -20,6 +20,7 @@ from typing import Any
 
 from parley.records import EpisodeRecord, TokenCounts, parse_message
 from parley.runtime.report import markdown_table
+from parley.runtime.reports.escape import csv_cell
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
     cell,
@@ -401,7 +402,8 @@ def write_episode_csv(rows: list[dict[str, Any]], path: Path) -> None:
     with path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(rows)
+        # Model names and replies may start with "=" etc.: a spreadsheet would run them.
+        writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
 
 
 def report(records: list[EpisodeRecord], run_dir: Path) -> str:

@@ -68,3 +68,37 @@ def test_csv_cell_guards_formulas() -> None:
 
 def test_plot_label_escapes_mathtext() -> None:
     assert plot_label("$x^2$") == r"\$x^2\$"
+
+
+def test_transcript_html_escapes_replies_and_model_names() -> None:
+    from parley.observability.transcript_html import episode_html
+
+    rec = record(episode="e-0", pairing={"solver": EVIL}, reason="<img src=x onerror=alert(1)>")
+    messages = [
+        {"kind": "episode_started", "game": "<b>game</b>"},
+        {"kind": "turn_response", "role": "solver", "model": EVIL, "text": "<script>x()</script>"},
+        {
+            "kind": "transcript_event",
+            "event": "message",
+            "from_role": "solver",
+            "to_role": "gm",
+            "content": [{"type": "text", "text": "<script>y()</script>"}],
+        },
+    ]
+    page = episode_html(rec, messages, image_src=lambda sha: f"../images/{sha}.png")
+    assert "<script>" not in page
+    assert "<img src=x" not in page
+    assert "&lt;script&gt;x()&lt;/script&gt;" in page
+
+
+def test_comma_csv_guards_formulas(tmp_path: Path) -> None:
+    import csv
+
+    from parley.runtime.reports.comma import write_episode_csv
+
+    path = tmp_path / "comma_episodes.csv"
+    write_episode_csv([{"pairing": '=HYPERLINK("http://x")', "psr": -1.5}], path)
+    with path.open(encoding="utf-8") as f:
+        row = next(csv.DictReader(f))
+    assert row["pairing"] == '\'=HYPERLINK("http://x")'
+    assert row["psr"] == "-1.5"  # a number, not text: no prefix
