@@ -20,6 +20,7 @@ from parley.observability import leaks
 from parley.observability.metrics import turn_timings
 from parley.records import EpisodeRecord, read_records, transcripts
 from parley.runtime.report import fmt, markdown_table, pairing_label
+from parley.runtime.reports.escape import plot_label
 from parley.runtime.reports.intervals import INTERVALS_NOTE, cell, paired_interval, rate_cell
 
 
@@ -144,7 +145,7 @@ def _leak_plot(rows: list[tuple[str, float, float]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [r[0] for r in rows]
+    labels = [plot_label(r[0]) for r in rows]  # names, not mathtext
     x = range(len(rows))
     fig, ax = plt.subplots(figsize=(max(4.0, 1.2 * len(rows) + 2), 3.6))
     width = 0.38
@@ -252,7 +253,7 @@ def _error_plot(table: dict[str, dict[str, Any]], path: Path) -> None:
     left = [0.0] * len(models)
     for category in error_analysis.SHARE_CATEGORIES:
         values = [100.0 * table[m]["primary"].get(category, 0) / table[m]["failed"] for m in models]
-        ax.barh(models, values, left=left, label=category)
+        ax.barh([plot_label(m) for m in models], values, left=left, label=category)
         left = [a + b for a, b in zip(left, values, strict=True)]
     ax.set_xlim(0, 100)
     ax.set_xlabel("% of failed conversations")

@@ -20,7 +20,7 @@ from typing import Any
 
 from parley.records import EpisodeRecord, TokenCounts, parse_message
 from parley.runtime.report import markdown_table
-from parley.runtime.reports.escape import csv_cell
+from parley.runtime.reports.escape import csv_cell, plot_label
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
     cell,
@@ -311,8 +311,8 @@ def _plot_curves(curves: dict[str, list[tuple[int, float, float]]], path: Path) 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharex=True)
     for group, points in curves.items():
         ts = [p[0] for p in points]
-        axes[0].plot(ts, [p[1] for p in points], marker="o", label=group)
-        axes[1].plot(ts, [p[2] for p in points], marker="o", label=group)
+        axes[0].plot(ts, [p[1] for p in points], marker="o", label=plot_label(group))
+        axes[1].plot(ts, [p[2] for p in points], marker="o", label=plot_label(group))
     for ax, title in zip(axes, ("Success rate", "Partial success rate"), strict=True):
         ax.set_title(f"{title} by turns allowed")
         ax.set_xlabel("solver turns allowed")
@@ -350,7 +350,7 @@ def _plot_psr(rows: list[dict[str, Any]], path: Path) -> None:
                 xs.append(j + (i - (len(groups) - 1) / 2) * width)
                 means.append(100 * mean)
                 errors.append(100 * se)
-        ax.bar(xs, means, width, yerr=errors, capsize=2, label=group)
+        ax.bar(xs, means, width, yerr=errors, capsize=2, label=plot_label(group))
     ax.set_xticks(range(len(puzzles)), [TITLES[p] for p in puzzles])
     ax.set_ylabel("PSR % (± standard error)")
     ax.set_ylim(0, 105)

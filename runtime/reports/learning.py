@@ -18,6 +18,7 @@ from typing import Any
 
 from parley.memory.across import record_memory_keys
 from parley.records import EpisodeRecord
+from parley.runtime.reports.escape import plot_label
 from parley.runtime.reports.intervals import mean_cell, mean_interval
 
 MAX_COLUMNS = 20
@@ -102,7 +103,7 @@ def _plot(data: dict[str, list[list[float]]], path: Path) -> None:
             means.append(mean)
             lows.append(mean if low is None else low)
             highs.append(mean if high is None else high)
-        (line,) = ax.plot(xs, means, marker="o", markersize=3, label=label)
+        (line,) = ax.plot(xs, means, marker="o", markersize=3, label=plot_label(label))
         ax.fill_between(xs, lows, highs, alpha=0.2, color=line.get_color())
     ax.set_xlabel("episode index (per key, in play order)")
     ax.set_ylabel("main score (mean, 95 % bootstrap interval over keys)")

@@ -17,6 +17,7 @@ from typing import Any
 
 from parley.records import EpisodeRecord, parse_message
 from parley.runtime.report import markdown_table
+from parley.runtime.reports.escape import plot_label
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
 TYPES = ("df", "rf")
@@ -239,12 +240,12 @@ def plot_per_game(
                 ys,
                 s=22,
                 marker=markers[n % len(markers)],
-                label=player,
+                label=plot_label(player),
                 alpha=0.8,
             )
         ax.set_title(f"{kind.upper()} {label}")
         ax.set_xticks(range(len(games)))
-        ax.set_xticklabels(games, rotation=90, fontsize=6)
+        ax.set_xticklabels([plot_label(g) for g in games], rotation=90, fontsize=6)
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
     axes.flat[0].set_ylabel("success")

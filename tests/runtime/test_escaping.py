@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from parley.runtime.report import build_report
 from parley.runtime.reports.escape import csv_cell, md, plot_label
 from tests.records import record
@@ -102,3 +104,13 @@ def test_comma_csv_guards_formulas(tmp_path: Path) -> None:
         row = next(csv.DictReader(f))
     assert row["pairing"] == '\'=HYPERLINK("http://x")'
     assert row["psr"] == "-1.5"  # a number, not text: no prefix
+
+
+def test_plot_draws_a_mathtext_model_name_as_text(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from parley.runtime.reports.learning import _plot
+
+    # Unescaped, "$\nosuchcommand$" is mathtext that matplotlib cannot parse: savefig raises.
+    path = tmp_path / "learning_curve.png"
+    _plot({r"$\nosuchcommand$": [[0.5, 0.7], [0.6]]}, path)
+    assert path.stat().st_size > 0
