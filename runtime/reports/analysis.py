@@ -20,7 +20,7 @@ from parley.observability import leaks
 from parley.observability.metrics import turn_timings
 from parley.records import EpisodeRecord, read_records, transcripts
 from parley.runtime.report import fmt, markdown_table, pairing_label
-from parley.runtime.reports.escape import plot_label
+from parley.runtime.reports.escape import md, plot_label
 from parley.runtime.reports.intervals import INTERVALS_NOTE, cell, paired_interval, rate_cell
 
 
@@ -104,8 +104,8 @@ class Timing:
             source = ", ".join(sorted(row["sources"]))
             body.append(
                 [
-                    role,
-                    player,
+                    md(role),
+                    md(player),
                     str(n),
                     # Counted tokens are the reply's only (no backend to report the input).
                     "–" if source == "counted" and not row["input"] else fmt(row["input"] / n, 0),
@@ -194,8 +194,8 @@ def leak_section(
         first = [min(d.turn for d in by_episode[r.episode]) for r in leaked]
         body.append(
             [
-                game,
-                pairing,
+                md(game),
+                md(pairing),
                 str(n),
                 rate_cell(sum(r.outcome == "success" for r in group), n),
                 rate_cell(len(leaked), n),
@@ -219,7 +219,7 @@ def leak_section(
         won = sum(r.outcome == "success" for r in group)
         told = sum(1 for r in group if by_episode.get(r.episode))
         plot_rows.append((player, 100.0 * won / n, 100.0 * told / n))
-        player_body.append([player, str(n), rate_cell(won, n), rate_cell(told, n)])
+        player_body.append([md(player), str(n), rate_cell(won, n), rate_cell(told, n)])
     parts = [
         "## Privacy leaks",
         "",
@@ -285,7 +285,7 @@ def error_section(
         failed = row["failed"]
         body.append(
             [
-                model,
+                md(model),
                 str(row["episodes"]),
                 str(failed),
                 *(
@@ -348,7 +348,8 @@ def report(records: list[EpisodeRecord], run_dir: Path) -> str:
 
 def _clip(text: str, width: int = 110) -> str:
     flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+    # Replies and evidence are a model's text: escaped, they cannot break the table.
+    return md(flat if len(flat) <= width else flat[: width - 1] + "…")
 
 
 def leaks_text(run_dir: Path, limit: int = 20) -> str:
@@ -369,9 +370,11 @@ def leaks_text(run_dir: Path, limit: int = 20) -> str:
             [
                 d.episode,
                 str(d.turn),
-                f"{d.from_role}→{d.to_role}",
-                f"{d.fact} ({d.kind})"
-                + (f", of earlier episode {d.earlier_episode}" if d.earlier_episode else ""),
+                md(f"{d.from_role}→{d.to_role}"),
+                md(
+                    f"{d.fact} ({d.kind})"
+                    + (f", of earlier episode {d.earlier_episode}" if d.earlier_episode else "")
+                ),
                 _clip(d.match, 30),
                 _clip(d.message),
             ]
@@ -412,7 +415,8 @@ def errors_text(run_dir: Path, limit: int = 20) -> str:
     flat = [f for items in findings.values() for f in items]
     if flat:
         rows = [
-            [f.episode, str(f.turn), f.role, f.category, _clip(f.evidence)] for f in flat[:limit]
+            [f.episode, str(f.turn), md(f.role), f.category, _clip(f.evidence)]
+            for f in flat[:limit]
         ]
         parts += [
             f"### Findings ({len(flat)}; first {min(limit, len(flat))}; all in errors.jsonl)",
@@ -446,7 +450,7 @@ def judge_text(run_dir: Path, verdicts: list[Any]) -> str:
     rows = []
     for model, counts in sorted(table.items()):
         n = sum(counts.values())
-        rows.append([model, str(n), *(rate_cell(counts.get(c, 0), n) for c in categories)])
+        rows.append([md(model), str(n), *(rate_cell(counts.get(c, 0), n) for c in categories)])
     version = verdicts[0].prompt_version if verdicts else ""
     parts = [
         f"## Error categories by the judge ({verdicts[0].model if verdicts else ''}, prompt {version})",
