@@ -20,7 +20,7 @@ from typing import Any
 
 from parley.records import EpisodeRecord, TokenCounts, parse_message
 from parley.runtime.report import markdown_table
-from parley.runtime.reports.escape import csv_cell, plot_label
+from parley.runtime.reports.escape import csv_cell, md, plot_label
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
     cell,
@@ -172,7 +172,7 @@ def by_puzzle_table(
             if values:
                 present.append(values)
         overall = _overall(present, scale, digits, key == "success") if present else "–"
-        out.append([group, *cells, overall])
+        out.append([md(group), *cells, overall])
     return markdown_table(["pairing", *(TITLES[p] for p in puzzles), "Overall"], out)
 
 
@@ -185,7 +185,7 @@ def pairing_table(rows: list[dict[str, Any]]) -> str:
         eff = paired_interval([[r["psr"] for r in g], [r["tokens"] for r in g]], _efficiency)
         out.append(
             [
-                group,
+                md(group),
                 str(n),
                 _cell([r["success"] for r in g], 100, 1, share=True),
                 _cell([r["psr"] for r in g], 100, 1),

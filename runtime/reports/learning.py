@@ -18,7 +18,7 @@ from typing import Any
 
 from parley.memory.across import record_memory_keys
 from parley.records import EpisodeRecord
-from parley.runtime.reports.escape import plot_label
+from parley.runtime.reports.escape import md, plot_label
 from parley.runtime.reports.intervals import mean_cell, mean_interval
 
 MAX_COLUMNS = 20
@@ -132,7 +132,7 @@ def report(records: list[EpisodeRecord], run_dir: Path) -> str:
     rows = []
     for label, points in data.items():
         cells = [_cell([v for i in b if i < len(points) for v in points[i]]) for b in bins]
-        rows.append([label, str(len(points[0]) if points else 0), *cells])
+        rows.append([md(label), str(len(points[0]) if points else 0), *cells])
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     _plot(data, run_dir / "learning_curve.png")
