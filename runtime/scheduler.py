@@ -96,8 +96,10 @@ class Progress:
         return self.turns / elapsed if elapsed > 0 else 0.0
 
 
-# A run's opening slots that start together, in the first pass of the loop (StartPacer).
-OPENING_STARTS = 1000
+# The most of a run's opening slots that start together, in the first pass of the loop
+# (StartPacer): as many as a model's concurrency may reach (ConcurrencySpec's ``max``), so that
+# a run of thousands at once has them all in flight from its first pass, as its config says.
+OPENING_STARTS = 4096
 
 
 class StartPacer:
