@@ -72,6 +72,11 @@ class Mailbox:
     def __len__(self) -> int:
         return len(self._items)
 
+    @property
+    def refuses_now(self) -> bool:
+        """Whether a put would wait: full, and open (a closed mailbox drops what it gets)."""
+        return len(self._items) >= self.maxsize and not self.closed
+
     async def put(self, item: Delivery) -> bool:
         """Append ``item``, waiting for room; False if the mailbox closed meanwhile."""
         while len(self._items) >= self.maxsize and not self.closed:
@@ -354,7 +359,7 @@ class Bus(ABC):
         subs = router.match(topic)
         for sub in subs:
             mailbox = sub.mailbox
-            if len(mailbox._items) >= mailbox.maxsize and not mailbox.closed:
+            if mailbox.refuses_now:
                 return False
         if subs:
             delivery = Delivery(topic, message)
@@ -377,7 +382,7 @@ class Bus(ABC):
         delivery = Delivery(topic, message)
         for sub in self.router.match(topic):
             mailbox = sub.mailbox
-            if len(mailbox._items) < mailbox.maxsize and not mailbox.closed:
+            if not mailbox.refuses_now and not mailbox.closed:
                 # Room: no coroutine to make and await for a put that cannot wait.
                 mailbox.put_nowait(delivery)
                 self.stats.delivered += 1
