@@ -66,6 +66,9 @@ class ReasonCode(StrEnum):
     TURN_TIMEOUT = "turn_timeout"  # the runtime: a human seat left a turn unanswered too long
     HUMAN_LEFT = "human_left"  # the runtime: a human's seat stayed empty past its rejoin time
     CONTEXT_EXCEEDED = "context_exceeded"  # the runtime: a prompt over the model's context
+    # The runtime: a model server's reply that parley will not read, over the model's
+    # max_response_bytes or a redirect to another server (the particulars in ``reason``).
+    BAD_RESPONSE = "bad_response"
 
 
 # The code an ending gets when the game master names none (games written before codes).

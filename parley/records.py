@@ -370,6 +370,9 @@ class EpisodeRecord(_ByKey, BaseModel):
     model_calls: dict[str, ModelCalls] = Field(default_factory=dict)  # by role
     private_facts: dict[str, dict[str, str]] = Field(default_factory=dict)  # by role
     error: str | None = None  # the traceback of an ``error`` episode
+    # Replies the game master refused: sent into its inbox by another than the role's own
+    # agent or seat (absent from the line when there were none).
+    refused_replies: Annotated[int, Field(ge=0)] = 0
     worker: str | int | None = None  # the remote worker that played it (``parley worker``)
     transcript: TranscriptRange | None = None  # set by the writer
 

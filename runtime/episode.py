@@ -89,6 +89,10 @@ _FROM_OUTSIDE = frozenset(
 )
 # The codes an exception may carry for its episode's ending (a model call's ContextExceeded).
 _CODES = frozenset(code.value for code in ReasonCode)
+# The failures of a model call (agents/backends/bodies.py) that end it as ``bad_response``:
+# the server answered, but with what is no reply (its last attempt: the wrong shape, more
+# than max_response_bytes, a redirect not followed).
+_BAD_RESPONSES = frozenset({"bad_response", "too_large", "redirect"})
 # Event sources that are not a role: a private event of theirs belongs to its recipient.
 _NOT_ROLES = frozenset({"", "gm", "environment"})
 MAX_SENT_IMAGES = 50_000  # then the memory starts over (an image sent twice costs only bytes)
@@ -114,6 +118,8 @@ class EpisodeResult:
     model_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     error: str | None = None
     private_facts: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Replies refused because they did not come from the role's own agent or seat.
+    refused_replies: int = 0
     transcript: list[Message] = field(default_factory=list)
     images: dict[str, bytes] = field(default_factory=dict)
     # What the roles with memory across episodes keep of this one (not in the record).
@@ -124,39 +130,40 @@ class EpisodeResult:
     def record(self, run: str) -> EpisodeRecord:
         """The episode's record for ``episodes.jsonl``, validated (a value of the wrong type,
         such as a game's score that is no number, raises ``pydantic.ValidationError``)."""
-        return EpisodeRecord.model_validate(
-            {
-                "schema_version": RECORD_SCHEMA,
-                "schema": RECORD_SCHEMA,  # the same, under the name parley 0.1's readers use
-                "run": run,
-                "episode": self.spec.id,
-                "game": self.spec.game,
-                "seed": self.spec.seed,
-                "repetition": self.spec.repetition,
-                "pairing": self.spec.pairing,
-                "spec": (
-                    self.spec_json
-                    if self.spec_json is not None
-                    else self.spec.model_dump(mode="json", exclude={"instance"})
-                ),
-                "outcome": self.outcome,
-                "reason": self.reason,
-                "reason_code": self.reason_code,
-                "main_score": self.main_score,
-                "scores": self.scores,
-                "role_results": self.role_results,
-                "turns": self.turns,
-                "started_at": self.started_at,
-                "finished_at": self.finished_at,
-                "duration_s": round(self.finished_at - self.started_at, 6),
-                "model_time_s": round(self.model_time_s, 6),
-                "tokens": self.tokens,
-                "token_source": self.token_source,
-                "model_calls": self.model_calls,
-                "private_facts": self.private_facts,
-                "error": self.error,
-            }
-        )
+        data: dict[str, Any] = {
+            "schema_version": RECORD_SCHEMA,
+            "schema": RECORD_SCHEMA,  # the same, under the name parley 0.1's readers use
+            "run": run,
+            "episode": self.spec.id,
+            "game": self.spec.game,
+            "seed": self.spec.seed,
+            "repetition": self.spec.repetition,
+            "pairing": self.spec.pairing,
+            "spec": (
+                self.spec_json
+                if self.spec_json is not None
+                else self.spec.model_dump(mode="json", exclude={"instance"})
+            ),
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "reason_code": self.reason_code,
+            "main_score": self.main_score,
+            "scores": self.scores,
+            "role_results": self.role_results,
+            "turns": self.turns,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "duration_s": round(self.finished_at - self.started_at, 6),
+            "model_time_s": round(self.model_time_s, 6),
+            "tokens": self.tokens,
+            "token_source": self.token_source,
+            "model_calls": self.model_calls,
+            "private_facts": self.private_facts,
+            "error": self.error,
+        }
+        if self.refused_replies:  # only then: the records of untroubled runs keep their bytes
+            data["refused_replies"] = self.refused_replies
+        return EpisodeRecord.model_validate(data)
 
 
 def _parts(text: str, images: list[bytes], cache: dict[str, bytes]) -> list[TextPart | ImagePart]:
@@ -613,8 +620,11 @@ class EpisodeRunner:
         calls = getattr(exc, "calls", None)  # a model call that gave up (ModelUnavailable)
         if calls and isinstance(actor, _AgentActor) and not self.done.done():
             self._count_calls(who, calls)
-        # A model call's own code (context_exceeded) where it has one; else the runtime's.
+        # A model call's own code (context_exceeded) where it has one; a server's reply that
+        # is no reply (too large, redirected away) its own; else the runtime's.
         code = getattr(exc, "reason_code", None)
+        if code is None and calls and calls[-1].get("outcome") in _BAD_RESPONSES:
+            code = ReasonCode.BAD_RESPONSE
         self.fail(
             f"{who} failed: {type(exc).__name__}: {exc}",
             exc,
@@ -833,6 +843,19 @@ class EpisodeRunner:
 
     async def on_response(self, response: TurnResponse) -> None:
         if self.done.done():
+            return
+        if response.sender != response.role:
+            # A role's agent (agents/agent.py) and its seat (dashboard/seats.py) send its
+            # replies as that role: anything else in the game master's inbox (another seat, a
+            # program on the broker) is not its player, whatever role and turn it names.
+            self.result.refused_replies += 1
+            await self._emit(
+                self._events_topic,
+                self._note(
+                    f"refused a reply for {response.role[:60]!r} sent by "
+                    f"{response.sender[:60]!r}: only the role's own player answers its turns"
+                ),
+            )
             return
         if response.role != self.expected or response.turn != self.requests:
             await self._emit(

@@ -256,6 +256,28 @@ def failure_rows(
     return header, rows
 
 
+def refused_section(records: list[EpisodeRecord], shown: int = 5) -> list[str]:
+    """A paragraph on the replies the game masters refused as not their role's own player's
+    (``refused_replies``), with the episodes that had most; nothing when there were none."""
+    refused = sorted(
+        (r for r in records if r.refused_replies), key=lambda r: (-r.refused_replies, r.episode)
+    )
+    if not refused:
+        return []
+    total = sum(r.refused_replies for r in refused)
+    where = ", ".join(f"{md(r.episode)} ({r.refused_replies})" for r in refused[:shown])
+    more = f" and {len(refused) - shown} more" if len(refused) > shown else ""
+    return [
+        "## Replies refused",
+        "",
+        f"{total} replies in {len(refused)} episodes were refused: each named a role's turn "
+        "but came from another than that role's own agent or seat (another seat, a program "
+        "on the broker), and the game went on without it. Each transcript names the sender in "
+        f"a note. Most in: {where}{more}.",
+        "",
+    ]
+
+
 def build_report(run_dir: str | Path) -> str:
     """The Markdown report of a run folder."""
     from parley.environments import registry
@@ -274,6 +296,7 @@ def build_report(run_dir: str | Path) -> str:
     ]
     header, rows = ending_rows(records)
     parts += ["## Endings by reason code", "", markdown_table(header, rows), ""]
+    parts += refused_section(records)
     if any(r.outcome == "error" for r in records):
         header, rows = failure_rows(records)
         errors = sum(r.outcome == "error" for r in records)

@@ -84,6 +84,28 @@ def test_a_record_round_trips_through_episodes_jsonl_unchanged(tmp_path: Path) -
     assert back.main_score == 1 and isinstance(back.main_score, int)
 
 
+def test_refused_replies_are_in_the_line_only_when_there_were_some(tmp_path: Path) -> None:
+    quiet = EncodedResult.of(_result(), "run-1")
+    assert "refused_replies" not in quiet.record
+    troubled = _result()
+    troubled.refused_replies = 2
+    encoded = EncodedResult.of(troubled, "run-1")
+    assert encoded.record["refused_replies"] == 2
+    # After the error, as the episode builds it; read back typed, and written again the same.
+    keys = list(encoded.record)
+    assert keys[keys.index("error") + 1] == "refused_replies"
+    lines = [quiet.record_json, encoded.record_json.replace(quiet.record["episode"], "e2")]
+    (tmp_path / "episodes.jsonl").write_text("\n".join(lines) + "\n")
+    first, second = read_records(tmp_path)
+    assert (first.refused_replies, second.refused_replies) == (0, 2)
+    assert [first.json_line(), second.json_line()] == lines
+    # An older record without the key reads as none refused; a negative count is no record.
+    old = record(episode="o1").json_dict()
+    assert "refused_replies" not in old and record_of(old).refused_replies == 0
+    with pytest.raises(NotARecord, match="refused_replies of the wrong shape"):
+        record_of({**old, "refused_replies": -1})
+
+
 def test_keys_it_does_not_name_are_kept_and_written_again(tmp_path: Path) -> None:
     data = {
         **record(episode="e1", schema_version=SCHEMA_VERSION).json_dict(),
