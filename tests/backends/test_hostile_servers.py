@@ -18,7 +18,9 @@ from parley.agents.backends.bodies import PIECE, BodyLimit
 from parley.agents.backends.cache import ResponseCache
 from parley.agents.backends.retry import Failure
 from parley.agents.backends.simserver import SimServerProcess
+from parley.records import read_records
 from parley.runtime.config import load_config
+from parley.runtime.report import ending_rows
 from tests.backends.conftest import FAST_RETRY, failed_calls, model, play, wire_config
 
 pytestmark = pytest.mark.anyio
@@ -68,6 +70,7 @@ async def test_a_reply_over_the_limit_is_stopped_while_read_and_not_retried(
     reason = record["reason"]
     assert f"too_large: a {'decompressed ' if 'gzip' in fault['kind'] else ''}reply" in reason
     assert f"over max_response_bytes ({LIMIT} bytes)" in reason and "not retried" in reason
+    assert record["reason_code"] == "bad_response"
     calls = record["model_calls"]["solver"]
     assert calls["requests"] == calls["attempts"] == 1
     found = re.search(r"read (\d+) bytes, (\d+) decoded", reason)
@@ -93,6 +96,9 @@ async def test_six_episodes_at_once_against_200mb_bodies_each_read_about_the_lim
     assert [r["outcome"] for r in records] == ["error"] * 6
     assert all("too_large" in r["reason"] for r in records), [r["reason"] for r in records]
     assert sum(r["model_calls"]["solver"]["attempts"] for r in records) == 6
+    # One ending, grouped as one in the report's table of reason codes.
+    header, rows = ending_rows(read_records(tmp_path))
+    assert header == ["game", "pairing", "bad_response"] and [r[2] for r in rows] == ["6"]
     assert sim.stats()["hostile_bytes"] <= 6 * (LIMIT + SLACK)
 
 
@@ -117,6 +123,7 @@ async def test_an_anthropic_stream_over_the_limit_is_stopped(
     assert record["outcome"] == "error", (record["outcome"], record["reason"])
     what = "decompressed reply" if fault["kind"] == "gzip_bomb" else "reply"
     assert f"too_large: a {what} over max_response_bytes" in record["reason"]
+    assert record["reason_code"] == "bad_response"
     assert record["model_calls"]["solver"]["attempts"] == 1
     assert sim.stats()["hostile_bytes"] <= LIMIT + SLACK
 
@@ -156,6 +163,7 @@ async def test_a_redirect_to_another_server_is_refused_and_named(
     reason = record["reason"]
     assert "not retried (redirect 307: HTTP 307 to " + target in reason, reason
     assert "key=x" not in reason and record["model_calls"]["solver"]["attempts"] == 1
+    assert record["reason_code"] == "bad_response"
     assert elsewhere.stats().get("requests", 0) == 0
 
 
@@ -175,6 +183,17 @@ async def test_a_redirect_to_the_same_server_is_followed_once(
     (record,) = await play(config, tmp_path / "again")
     assert record["outcome"] == "error"
     assert "redirect 307" in record["reason"] and "already followed" in record["reason"]
+    assert record["reason_code"] == "bad_response"
+
+
+async def test_replies_of_the_wrong_shape_until_the_retries_run_out_are_a_bad_response(
+    sim: SimServerProcess, tmp_path: Path
+) -> None:
+    config = _solver_faces(sim, {"kind": "body", "body": {"choices": "none"}}, {})
+    (record,) = await play(config, tmp_path)
+    assert (record["outcome"], record["reason_code"]) == ("error", "bad_response")
+    calls = record["model_calls"]["solver"]
+    assert calls["retries"] == {"bad_response": calls["attempts"] - 1} and calls["attempts"] > 1
 
 
 def test_credentials_in_a_base_url_beside_an_api_key_are_a_config_error() -> None:
