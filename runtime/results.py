@@ -260,6 +260,11 @@ class RunFolder(RecordedRun):
             meta = {"run": run_id, "created": time.time(), "name": config.name}
         meta["planned"] = planned
         provenance.stamp(meta, config)  # schema version; which parley, packages, parameters
+        references = reference_provenance(config)
+        if references:
+            meta["references"] = references
+        else:
+            meta.pop("references", None)
         atomic_write(meta_file, _json_bytes(meta))
         atomic_write(
             folder.path / "config.yaml",
@@ -456,6 +461,24 @@ TORN_TAIL_FILES = (TRACES_FILE, METRICS_FILE)
 
 # What names a run's episodes, per game block: a resumed run must ask for the same ones.
 _BLOCK_FIELDS = ("game", "seeds", "instances_file", "pairings", "repetitions", "settings", "memory")
+
+
+def reference_provenance(config: ExperimentConfig) -> list[dict[str, Any]]:
+    """The reference checkouts the run's games read their prompts and instances from (a COMMA
+    game's ``reference`` setting), each once: path, git commit and the sha256 of each file."""
+    from parley.environments.comma import reference
+
+    found: dict[str, dict[str, Any]] = {}
+    for i, block in enumerate(config.games):
+        path = block.settings.get("reference")
+        if not block.game.startswith("comma.") or not isinstance(path, str) or not path:
+            continue
+        try:
+            checkout = reference.load(path)
+        except reference.ReferenceError as exc:
+            raise ConfigError([(f"games.{i}.settings.reference", path, str(exc))]) from None
+        found.setdefault(str(checkout.root), checkout.provenance())
+    return list(found.values())
 
 
 def _seeds(value: Any) -> Any:

@@ -19,6 +19,7 @@ from parley.environments.comma import (
     maze,
     memory,
     password,
+    reference,
     telehealth,
     who,
     wire,
@@ -36,7 +37,18 @@ def register_puzzle(
     game_master = type(f"{puzzle.__name__}Master", (CommaGameMaster,), {"puzzle_cls": puzzle})
 
     def instance(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
+        if settings.get("reference"):
+            made = reference.load(settings["reference"]).instance(puzzle.name, seed)
+            if made is not None:
+                return made
         return puzzle.generate(seed, settings)
+
+    def check_settings(settings: dict[str, Any]) -> list[str]:
+        if settings.get("reference") is not None:
+            wrong = reference.problems(settings["reference"])
+            if wrong:
+                return wrong
+        return puzzle.check_settings(settings)
 
     return register(
         GameInfo(
@@ -49,7 +61,7 @@ def register_puzzle(
             description=description,
             settings=puzzle.settings,
             text_settings={"variant": "text"},
-            check_settings=puzzle.check_settings,
+            check_settings=check_settings,
             # Observations render PNGs inside the game master: keep that off the event loop.
             offload_game_master=renders_pictures,
             shown_otherwise=puzzle.shown_otherwise,
@@ -63,9 +75,12 @@ def register_puzzle(
 def _turn_limits(settings: Mapping[str, Any], roles: tuple[str, ...]) -> dict[str, int] | None:
     """The solver's turns are counted against ``max_turns``; the expert answers each but the
     last."""
-    if "max_turns" not in settings:
+    if settings.get("reference"):
+        n = reference.load(settings["reference"]).max_turns + 1
+    elif "max_turns" in settings:
+        n = int(settings["max_turns"])
+    else:
         return None
-    n = int(settings["max_turns"])
     return {role: n if role == "solver" else max(0, n - 1) for role in roles}
 
 

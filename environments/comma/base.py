@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import random
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -21,6 +21,9 @@ from parley.environments.base import (
     VariantSettings,
 )
 from parley.environments.parsing import action_lines
+
+if TYPE_CHECKING:
+    from parley.environments.comma.reference import CommaReference
 
 SOLVER_SYSTEM = """\
 You are the solver in a two-player cooperative puzzle game. You can see the puzzle and act on \
@@ -37,14 +40,17 @@ A reply that mixes actions and other text is treated as a message, and no action
 After you act, you are told whether each action worked; after a mistake the rest of that \
 reply's actions are not carried out. Write only the solver's part."""
 
-EXPERT_SYSTEM = """\
+EXPERT_LIMIT = "Keep every reply to 100 words or fewer."
+"""The length the expert's replies are held to, as in the paper's expert prompt."""
+
+EXPERT_SYSTEM = f"""\
 You are the expert in a two-player cooperative puzzle game. Your partner, the solver, can see \
 the puzzle and act on it; you cannot see it. You hold the manual below. Listen to the solver's \
 descriptions and tell them, clearly and briefly, exactly what to do. If their description is \
-missing something you need, ask for it. Write only the expert's part.
+missing something you need, ask for it. {EXPERT_LIMIT} Write only the expert's part.
 
 MANUAL
-{manual}"""
+{{manual}}"""
 
 PRIVACY_NOTE = (
     "Some of what you know is private to you: {facts}. Never reveal any of it to the expert, "
@@ -61,11 +67,14 @@ default, so that baselines compare with its tables), or ``parley``, this project
 class CommaSettings(VariantSettings):
     """The loop's settings, every puzzle's: ``max_turns`` solver turns and ``max_mistakes``
     mistakes before the episode is lost; ``variant`` ``image`` or ``text``; ``rules``
-    ``comma`` (the paper's, default) or ``parley``."""
+    ``comma`` (the paper's, default) or ``parley``; ``reference``, the path of a COMMA
+    checkout whose own prompts, instances and limits to play (environments/comma/reference.py;
+    null: parley's own)."""
 
     max_turns: int = Field(10, ge=1)
     max_mistakes: int = Field(3, ge=1)
     rules: Rules = "comma"
+    reference: str | None = None
 
 
 def rules_of(settings: dict[str, Any]) -> Rules:
@@ -217,6 +226,15 @@ class CommaGameMaster(GameMaster):
         self.max_mistakes = validated.max_mistakes
         self.variant = validated.variant
         self.rules = validated.rules
+        self.reference: CommaReference | None = None
+        if validated.reference:
+            from parley.environments.comma.reference import load
+
+            self.reference = load(validated.reference)
+            # COMMA's loop gives the solver one step past its turn limit (acting on that
+            # reply's first line only), and counts mistakes against its own limit.
+            self.max_turns = self.reference.max_turns + 1
+            self.max_mistakes = self.reference.max_mistakes
         self.puzzle = self.puzzle_cls(validated.rules)
         self.puzzle.reset(instance)
         self.turn = 0
@@ -226,12 +244,16 @@ class CommaGameMaster(GameMaster):
         self._next = "solver"
 
     def system_prompt(self, role: str) -> str:
+        ref = self.reference
         if role == "expert":
+            if ref is not None:
+                return ref.expert_prompt(self.puzzle.name)
             return EXPERT_SYSTEM.format(manual=self.puzzle.expert_manual())
+        solver = SOLVER_SYSTEM if ref is None else ref.solver_prompt()
         if self.puzzle.private_facts():
             note = PRIVACY_NOTE.format(facts=self.puzzle.privacy_note())
-            return f"{SOLVER_SYSTEM}\n\n{note}"
-        return SOLVER_SYSTEM
+            return f"{solver}\n\n{note}"
+        return solver
 
     def whose_turn(self) -> str | None:
         return self._next
@@ -280,6 +302,18 @@ class CommaGameMaster(GameMaster):
             self._next = "solver"
             return
         self.turn += 1
+        if self.reference is not None:
+            self._reply_as_comma(text)
+        else:
+            self._reply(text)
+        if self.outcome is None and self.turn >= self.max_turns:
+            self.end(
+                "lost", f"no solution within {self.max_turns} turns", code=ReasonCode.TURN_LIMIT
+            )
+        self._next = "expert"
+
+    def _reply(self, text: str) -> None:
+        """parley's parsing: a reply of nothing but action lines acts, anything else talks."""
         actions = action_lines(text, self.puzzle.legal_actions())
         if actions is None:
             self.say("solver", "expert", text)
@@ -288,11 +322,35 @@ class CommaGameMaster(GameMaster):
             # The expert hears what the solver did, as in the paper's shared conversation,
             # with anything private (PIN keys) hidden by the puzzle.
             self.say("solver", "expert", "\n".join(heard))
-        if self.outcome is None and self.turn >= self.max_turns:
-            self.end(
-                "lost", f"no solution within {self.max_turns} turns", code=ReasonCode.TURN_LIMIT
-            )
-        self._next = "expert"
+
+    def _reply_as_comma(self, text: str) -> None:
+        """COMMA's parsing: each line that names an action (anywhere in it, any case) carries
+        out the first such action; the rest of the reply is talk. Mistakes do not stop the
+        reply. The expert hears the reply as written, with anything private hidden."""
+        lines = text.split("\n")
+        if self.turn >= self.max_turns:
+            lines = lines[:1]  # COMMA ends the episode after the extra step's first line
+        legal = self.puzzle.legal_actions()
+        heard: list[str] = []
+        for line in lines:
+            low = line.lower()
+            action = next((a for a in legal if a.lower() in low), None)
+            if action is None or self.outcome is not None:
+                heard.append(line)
+                continue
+            public = self.puzzle.public_action(action)
+            heard.append(line if public == action else public)
+            result = self.puzzle.step("solver", action)
+            self.actions_taken += 1
+            self.record_action("solver", action, result)
+            self.give_feedback("solver", f"{action}: {result.feedback}")
+            if result.mistake:
+                self.mistakes += 1
+                if self.mistakes >= self.max_mistakes:
+                    self.end("lost", f"{self.mistakes} mistakes", code=ReasonCode.MISTAKE_LIMIT)
+            elif self.puzzle.done:
+                self.end("success", "puzzle solved", code=ReasonCode.SOLVED)
+        self.say("solver", "expert", "\n".join(heard))
 
     def _act(self, actions: list[str]) -> list[str]:
         """Carry out ``actions`` in order; returns the lines as the expert hears them."""

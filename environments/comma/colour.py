@@ -363,8 +363,10 @@ def scripted_expert(view: View, rng: random.Random) -> str:
             pending = None
     group = next_group(grid, last)
     cells = cells_of(grid, group)
-    if ONE_CLICK in view.system:
-        # The manual says one click whitens the whole group: name one square of it.
+    # One click whitens the whole group unless the manual is parley's own variant's (COMMA's
+    # own manual, read from a reference, does not say so, but its module works that way).
+    if PARLEY_MANUAL not in view.system:
+        # Name one square of the group.
         r, c = cells[0]
         # Two turns a group (describe, act) would not fit COMMA's 10 turns: teach the table.
         return (
