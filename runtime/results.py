@@ -260,11 +260,13 @@ class RunFolder(RecordedRun):
             meta = {"run": run_id, "created": time.time(), "name": config.name}
         meta["planned"] = planned
         provenance.stamp(meta, config)  # schema version; which parley, packages, parameters
+        # The reference checkouts read now; a resumed run whose files changed keeps the old.
         references = reference_provenance(config)
+        earlier = meta.pop("references", None)
+        if earlier and earlier != references:
+            meta.setdefault("references_history", []).append(earlier)
         if references:
             meta["references"] = references
-        else:
-            meta.pop("references", None)
         atomic_write(meta_file, _json_bytes(meta))
         atomic_write(
             folder.path / "config.yaml",

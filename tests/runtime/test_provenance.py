@@ -222,3 +222,38 @@ def test_a_resumed_run_keeps_what_produced_its_earlier_part(
     assert after["provenance"]["parley"] == metadata.version("parley")
     assert [p["parley"] for p in after["provenance_history"]] == ["0.0.1"]
     assert after["run"] == data["run"]
+
+
+COMMA_CONFIG = ROOT.parent / "shared" / "data" / "reference" / "comma" / "config"
+
+
+def test_run_json_names_no_reference_where_none_was_read(run: Path) -> None:
+    assert "references" not in meta(run)
+
+
+def test_a_resumed_run_whose_reference_changed_keeps_the_earlier_hashes(tmp_path: Path) -> None:
+    checkout = tmp_path / "comma"
+    (checkout / "config").mkdir(parents=True)
+    for name in ("prompts.json", "puzzles_final.json", "random_config.json"):
+        shutil.copy(COMMA_CONFIG / name, checkout / "config" / name)
+    block = {
+        "game": "comma.wire",
+        "seeds": [0],
+        "pairings": [{"solver": "scripted", "expert": "scripted"}],
+        "settings": {"variant": "text", "reference": str(checkout)},
+    }
+    setup = {"name": "ref", "tracing": {"enabled": False}, "games": [block]}
+    out = tmp_path / "run"
+    asyncio.run(run_experiment(load_config(setup), out))
+    (first,) = meta(out)["references"]
+    assert first["path"] == str(checkout.resolve())
+    prompts = checkout / "config" / "prompts.json"
+    data = json.loads(prompts.read_text())
+    data["EXPERT"] += " Be brief."
+    prompts.write_text(json.dumps(data))
+    asyncio.run(run_experiment(load_config(setup), out, resume=True))
+    after = meta(out)
+    (now,) = after["references"]
+    assert after["references_history"] == [[first]]
+    changed = {k for k in now["files"] if now["files"][k] != first["files"][k]}
+    assert changed == {"config/prompts.json"}
