@@ -46,7 +46,7 @@ from parley.environments.mango.prompts import (
     render_steps,
     walkthrough_block,
 )
-from parley.environments.mango.scoring import Maze, score
+from parley.environments.mango.scoring import Maze, Unparsable, average, score
 from parley.environments.mango.synthetic import synthetic_game, synthetic_name
 from parley.tokens import count_tokens
 
@@ -71,6 +71,10 @@ class MangoSettings(Settings):
     synthetic_games: int = Field(default=6, ge=1)
     synthetic_seed: int = 0
     synthetic_rooms: int = Field(default=12, ge=2)
+    # An answer that does not parse (or is an empty list): 0 in every average (``zero``), or
+    # left out of them, as MANGO's evaluator does (``exclude``); docs/mango.md says why the
+    # default is ``zero``.
+    unparsable: Unparsable = "zero"
 
 
 DEFAULT_SETTINGS: dict[str, Any] = MangoSettings().model_dump(mode="json")
@@ -224,8 +228,9 @@ def make_instance(kind: str, seed: int, settings: dict[str, Any]) -> dict[str, A
 
 class MangoMaster(GameMaster):
     """Asks the instance's questions one by one and scores each answer (notes carry the
-    per-question results for the report). An unparsable answer is a violation that scores 0;
-    the episode goes on. Outcome: success if every answer is a strict success, aborted if no
+    per-question results for the report). An unparsable answer is a violation that scores 0
+    (or, with ``unparsable: exclude``, is left out of the episode's averages); the episode goes
+    on. Outcome: success if every answer is a strict success, aborted if no
     answer could be parsed, lost otherwise."""
 
     roles = ("navigator",)
@@ -346,17 +351,15 @@ class MangoMaster(GameMaster):
         n = len(self.results)
         if n == 0:
             return Scores(None, questions=0.0)
-
-        def avg(key: str) -> float:
-            return sum(float(r[key]) for r in self.results) / n
-
-        answered = sum(1 for r in self.results if r["parsed"])
+        rule: Unparsable = self.settings.get("unparsable", "zero")
+        parsed = sum(1 for r in self.results if r["parsed"])
+        loose = average(self.results, "success_loose", rule)
         return Scores(
-            main=None if answered == 0 else 100.0 * avg("success_loose"),
+            main=None if parsed == 0 or loose is None else 100.0 * loose,
             questions=float(n),
-            answered=float(answered),
-            success_loose=avg("success_loose"),
-            success_strict=avg("success_strict"),
-            reasoning=avg("reasoning"),
-            weighted=avg("weighted"),
+            answered=float(parsed),
+            success_loose=loose,
+            success_strict=average(self.results, "success_strict", rule),
+            reasoning=average(self.results, "reasoning", rule),
+            weighted=average(self.results, "weighted", rule),
         )

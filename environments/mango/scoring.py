@@ -19,6 +19,10 @@ the keys ``location_before``, ``action`` and ``location_after`` (the paper's ``p
   the given ones, in order.
 - Success weighted by route length (Anderson et al. 2018): strict success × ``L / max(n, L)``,
   ``L`` the shortest route's length (DF: the number of given actions), ``n`` the answer's.
+
+Averages over questions follow the ``unparsable`` setting: ``zero`` (the default) counts an
+answer that did not parse, or parsed to an empty list, as a 0 in every average; ``exclude``
+(MANGO's evaluator) leaves such answers out of every average and so of the easy/hard split.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import ast
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import networkx as nx
 
@@ -36,6 +40,8 @@ from parley.environments.mango.mapper import norm
 from parley.environments.parsing import first_bracketed
 
 KEYS = ("location_before", "action", "location_after")
+UNPARSABLE = ("zero", "exclude")
+Unparsable = Literal["zero", "exclude"]
 ALIASES = {"prev_node": "location_before", "node": "location_after"}
 
 
@@ -231,3 +237,23 @@ def _score_rf(q: Question, steps: list[AnswerStep], snapped: list[str | None], m
 
 def _ratio(shortest: int, taken: int) -> float:
     return shortest / max(shortest, taken) if max(shortest, taken) else 1.0
+
+
+def answered(row: dict[str, Any]) -> bool:
+    """Whether a scored answer (a :class:`Score`'s JSON) gave a route: it parsed and holds at
+    least one step. MANGO's evaluator cannot read a place from an empty list either."""
+    return bool(row.get("parsed")) and int(row.get("answer_length") or 0) > 0
+
+
+def counted(rows: list[dict[str, Any]], unparsable: Unparsable) -> list[dict[str, Any]]:
+    """The answers an average runs over: all of them under ``zero``, the answered ones under
+    ``exclude``."""
+    if unparsable not in UNPARSABLE:
+        raise ValueError(f"unparsable must be 'zero' or 'exclude', not {unparsable!r}")
+    return list(rows) if unparsable == "zero" else [r for r in rows if answered(r)]
+
+
+def average(rows: list[dict[str, Any]], key: str, unparsable: Unparsable) -> float | None:
+    """The mean of ``key`` over the answers ``unparsable`` counts (None when it counts none)."""
+    kept = counted(rows, unparsable)
+    return sum(float(r[key]) for r in kept) / len(kept) if kept else None

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from parley.environments.mango.scoring import answered
 from parley.records import EpisodeRecord, parse_message
 from parley.runtime.report import markdown_table
 from parley.runtime.reports.escape import plot_label
@@ -106,15 +107,25 @@ def _by_question(rows: list[dict[str, Any]]) -> dict[str, dict[tuple[str, str], 
             for field in ("success_loose", "success_strict", "reasoning", "weighted"):
                 row[field] = sum(float(r[field]) for r in reps) / len(reps)
             row["parsed"] = any(r["parsed"] for r in reps)
+            # MANGO's rule (unparsable: exclude): the repeats that gave a route, if any did.
+            kept = [r for r in reps if answered(r)]
+            row["answered"] = bool(kept)
+            for field in ("success_loose", "success_strict"):
+                row[f"{field}_answered"] = _mean([float(r[field]) for r in kept])
             out[player][key] = row
     return out
 
 
 def overall_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]]) -> str:
+    """Every question counted (unparsable: zero); where some answer gave no route, MANGO's
+    averages over the answers that did (unparsable: exclude) stand beside them."""
     header = [
         "player", "type", "difficulty", "questions", "answered %", "success (loose)",
         "success (strict)", "reasoning", "weighted success",
     ]  # fmt: skip
+    both = any(not r["answered"] for q in per_player.values() for r in q.values())
+    if both:
+        header += ["success (loose), unparsable left out", "success (strict), unparsable left out"]
     body = []
     for player in sorted(per_player):
         rows = list(per_player[player].values())
@@ -123,19 +134,24 @@ def overall_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]]) 
                 sel = [r for r in rows if r["kind"] == kind and label in ("all", r["label"])]
                 if not sel:
                     continue
-                body.append(
-                    [
-                        player,
-                        kind.upper(),
-                        label,
-                        str(len(sel)),
-                        rate_cell(sum(bool(r["parsed"]) for r in sel), len(sel)),
-                        mean_cell([r["success_loose"] for r in sel]),
-                        mean_cell([r["success_strict"] for r in sel]),
-                        mean_cell([r["reasoning"] for r in sel]),
-                        mean_cell([r["weighted"] for r in sel]),
+                cells = [
+                    player,
+                    kind.upper(),
+                    label,
+                    str(len(sel)),
+                    rate_cell(sum(bool(r["parsed"]) for r in sel), len(sel)),
+                    mean_cell([r["success_loose"] for r in sel]),
+                    mean_cell([r["success_strict"] for r in sel]),
+                    mean_cell([r["reasoning"] for r in sel]),
+                    mean_cell([r["weighted"] for r in sel]),
+                ]
+                if both:
+                    kept = [r for r in sel if r["answered"]]
+                    cells += [
+                        mean_cell([r["success_loose_answered"] for r in kept]),
+                        mean_cell([r["success_strict_answered"] for r in kept]),
                     ]
-                )
+                body.append(cells)
     return markdown_table(header, body)
 
 
@@ -274,7 +290,9 @@ def report(records: list[EpisodeRecord], run_dir: Path) -> str:
     per_player = _by_question(rows)
     parts += [
         "Success and reasoning accuracy per player, type and difficulty (answered % = replies "
-        "that parsed; unparsed answers score 0). " + INTERVALS_NOTE,
+        "that parsed; unparsed answers score 0; where some answer did not parse or was empty, "
+        "the last two columns average over the others only, as MANGO's evaluator does). "
+        + INTERVALS_NOTE,
         "",
         overall_table(per_player),
         "",
