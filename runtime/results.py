@@ -467,19 +467,28 @@ _BLOCK_FIELDS = ("game", "seeds", "instances_file", "pairings", "repetitions", "
 
 def reference_provenance(config: ExperimentConfig) -> list[dict[str, Any]]:
     """The reference checkouts the run's games read their prompts and instances from (a COMMA
-    game's ``reference`` setting), each once: path, git commit and the sha256 of each file."""
+    game's or ``clem.reference``'s ``reference`` setting), each once: path, git commit and the
+    sha256 of each file read."""
+    from parley.environments.clem import clembench
     from parley.environments.comma import reference
+    from parley.environments.reference import ReferenceError
 
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[tuple[str, str], dict[str, Any]] = {}
     for i, block in enumerate(config.games):
         path = block.settings.get("reference")
-        if not block.game.startswith("comma.") or not isinstance(path, str) or not path:
+        if not isinstance(path, str) or not path:
             continue
         try:
-            checkout = reference.load(path)
-        except reference.ReferenceError as exc:
+            if block.game.startswith("comma."):
+                checkout: Any = reference.load(path)
+            elif block.game == "clem.reference":
+                checkout = clembench.load(path)
+            else:
+                continue
+        except ReferenceError as exc:
             raise ConfigError([(f"games.{i}.settings.reference", path, str(exc))]) from None
-        found.setdefault(str(checkout.root), checkout.provenance())
+        entry = checkout.provenance()
+        found.setdefault((entry["family"], entry["path"]), entry)
     return list(found.values())
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from parley.environments.base import PlayFn
-from parley.environments.clem import mapworld, matchit, reference
+from parley.environments.clem import clembench, mapworld, matchit, reference
 from parley.environments.registry import GameInfo, register
 
 GAMES = (
@@ -34,6 +34,13 @@ def _mapworld_turn_limits(
     return dict.fromkeys(roles, int(settings["max_turns"]))
 
 
+def _reference_problems(settings: dict[str, Any]) -> list[str]:
+    """A ``reference`` setting that names no playable clembench checkout."""
+    if settings.get("reference") is None:
+        return []
+    return clembench.problems(settings["reference"])
+
+
 register(
     GameInfo(
         name="clem.reference",
@@ -51,6 +58,7 @@ register(
         description="Reference game: describe the target of three pictures; the partner picks it",
         settings=reference.ReferenceSettings,
         text_settings=TEXT,
+        check_settings=_reference_problems,
         shown_otherwise={
             "images": "each grid's rows and cells as phrases; the text draws the grids",
             "target": "the target's index; the text says which grid is the target",

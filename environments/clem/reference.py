@@ -22,7 +22,7 @@ from typing import Any, Literal
 from pydantic import model_validator
 
 from parley.environments.base import Observation, Scores, VariantSettings, View
-from parley.environments.clem import grids, images, pentomino, photos
+from parley.environments.clem import clembench, grids, images, pentomino, photos
 from parley.environments.clem.common import ORDINALS, ClemGameMaster, episode_scores, seeded
 
 GRID_SETS = {
@@ -47,10 +47,13 @@ TEXT_SETS = tuple(GRID_SETS)
 
 class ReferenceSettings(VariantSettings):
     """``set``: the stimuli (the text variant takes the grid sets); ``dataset_dir``: a folder
-    of the photo sets' images (empty: generated stand-ins)."""
+    of the photo sets' images (empty: generated stand-ins); ``reference``: a clembench
+    checkout whose own instances and prompts to play (:mod:`parley.environments.clem.clembench`;
+    ``set`` is then unused)."""
 
     set: Literal[SETS] = "grids_letters"  # type: ignore[valid-type]
     dataset_dir: str = ""
+    reference: str | None = None
 
     @model_validator(mode="after")
     def _text_sets(self) -> ReferenceSettings:
@@ -87,7 +90,10 @@ def _distinct(stims: list[dict[str, Any]]) -> bool:
 
 
 def generate(seed: int, settings: dict[str, Any]) -> dict[str, Any]:
-    """A Reference instance: three stimuli (target first) and the guesser's order."""
+    """A Reference instance: three stimuli (target first) and the guesser's order; with a
+    ``reference``, clembench's own instance for the seed."""
+    if settings.get("reference"):
+        return clembench.load(settings["reference"]).instance(seed)
     name = str(settings.get("set", "grids_letters"))
     variant = str(settings.get("variant", "image"))
     if name not in SETS:
@@ -161,6 +167,9 @@ class ReferenceGame(ClemGameMaster):
             raise ValueError("the text variant needs grids")
         self.expression: str | None = None
         self.answer: int | None = None
+        # clembench's own prompts, patterns and target names (a ``reference`` instance).
+        self.clembench: dict[str, Any] | None = instance.get("clembench")
+        self.reply: str = ""
         # For readers of the transcript only (notes never reach a player; a private one
         # does not reach a seat's events topic either: it names the answer).
         self.note(
@@ -172,6 +181,8 @@ class ReferenceGame(ClemGameMaster):
         )
 
     def system_prompt(self, role: str) -> str:
+        if self.clembench is not None:
+            return ""  # clembench's instructions come in the first message
         template = DESCRIBER_SYSTEM if role == "describer" else GUESSER_SYSTEM
         return template.format(noun=self.noun)
 
@@ -202,6 +213,13 @@ class ReferenceGame(ClemGameMaster):
         }
         if role == "describer":
             data["target"] = 0
+        if self.clembench is not None:
+            if role == "describer":
+                return Observation(text=self.clembench["player_1_prompt_header"], data=data)
+            # clembench's game master puts the describer's whole reply in the guesser's prompt.
+            data["expression"] = self.reply
+            prompt = self.clembench["player_2_prompt_header"]
+            return Observation(text=prompt.replace("TARGET_EXPRESSION", self.reply), data=data)
         if self.variant == "text":
             blocks = [
                 f"{label}\n{images.as_text(s)}" for label, s in zip(labels, stims, strict=True)
@@ -212,6 +230,9 @@ class ReferenceGame(ClemGameMaster):
         )
 
     def handle_reply(self, role: str, text: str) -> None:
+        if self.clembench is not None:
+            self._reply_as_clembench(role, text)
+            return
         lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
         if role == "describer":
             match = EXPRESSION_RE.match(lines[0]) if len(lines) == 1 else None
@@ -234,6 +255,33 @@ class ReferenceGame(ClemGameMaster):
             self.end(
                 "lost",
                 f"the guesser picked the {ORDINALS[self.answer]}, the target was the {ORDINALS[self.target]}",
+            )
+
+    def _reply_as_clembench(self, role: str, text: str) -> None:
+        """Replies checked against the instance's own patterns and modes, as clembench does."""
+        assert self.clembench is not None
+        ref = self.clembench
+        if role == "describer":
+            found = clembench.matches(
+                ref["player_1_response_pattern"], ref["p1_mode"], text.strip()
+            )
+            if found is None:
+                self.abort(role, "the reply does not match the instance's expression pattern")
+                return
+            self.reply = text.strip()
+            self.expression = (found.groupdict().get("response") or self.reply).strip()
+            return
+        found = clembench.matches(ref["player_2_response_pattern"], ref["p2_mode"], text.strip())
+        if found is None:
+            self.abort(role, "the reply does not match the instance's answer pattern")
+            return
+        label = found.group("response").lower()
+        self.answer = ANSWER_INDEX.get(label)
+        if label in ref["target_grid_name"]:
+            self.end("success", "the guesser picked the target")
+        else:
+            self.end(
+                "lost", f"the guesser answered {label}, the target was the {ORDINALS[self.target]}"
             )
 
     def episode_scores(self) -> Scores:
@@ -308,7 +356,8 @@ def scripted_guesser(view: View, rng: random.Random) -> str:
     """Picks the picture that has every fact the expression names (at random among ties)."""
     data = view.data or {}
     pictures = data.get("images", [])
-    facts = _mentioned(view.last_from("describer") or "")
+    data_expression = str(data.get("expression", ""))
+    facts = _mentioned(view.last_from("describer") or data_expression)
     matches = [
         i for i, p in enumerate(pictures) if facts and all(holds(f, p["features"]) for f in facts)
     ]

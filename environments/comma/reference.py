@@ -10,10 +10,8 @@ of that text is part of parley; see docs/comma.md for what a reference changes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
-import subprocess
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -21,13 +19,13 @@ from typing import Any
 
 from parley.environments.comma import keypad, led, memory
 from parley.environments.comma.talk import POSITIONS6
+from parley.environments.reference import ReferenceError, git_commit, read_hashed
 
 # Where COMMA's config folder sits in each kind of checkout, tried in order.
 CONFIG_PLACES = ("config", "src/multimodal_comms/apps/comma/config", "apps/comma/config")
 PROMPTS = "prompts.json"
 INSTANCES = "puzzles_final.json"
 RUN_SETTINGS = "random_config.json"
-GIT_TIMEOUT_S = 2.0
 
 # parley's puzzle name -> the class name COMMA keys its manual and instances by.
 CLASS_NAMES = {
@@ -46,10 +44,6 @@ CLASS_NAMES = {
 KEYPAD_ORDER = ("top_left", "bottom_left", "top_right", "bottom_right")
 # Where COMMA's maze puts its four spheres (row, column): fixed by its code, not its config.
 MAZE_SPHERES = {"green": [1, 1], "blue": [1, 7], "red": [7, 1], "yellow": [7, 7]}
-
-
-class ReferenceError(ValueError):
-    """A reference folder that cannot be played; the message names the file and the fault."""
 
 
 @dataclass(frozen=True)
@@ -103,22 +97,6 @@ class CommaReference:
             "commit": git_commit(self.root),
             "files": dict(self.files),
         }
-
-
-def git_commit(folder: Path) -> str | None:
-    """The commit checked out in ``folder``, or None when it is not a git checkout."""
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(folder), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = done.stdout.strip()
-    return commit if done.returncode == 0 and len(commit) == 40 else None
 
 
 def config_folder(root: Path) -> Path:
@@ -176,11 +154,7 @@ def _load(root: Path, config: Path, stamps: tuple[Any, ...]) -> CommaReference:
 
 
 def _read(file: Path, root: Path, files: dict[str, str]) -> Any:
-    try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise ReferenceError(f"{file}: cannot be read ({exc.strerror or exc})") from None
-    files[file.relative_to(root).as_posix()] = hashlib.sha256(raw).hexdigest()
+    raw = read_hashed(file, root, files)
     try:
         return json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
