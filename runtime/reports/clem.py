@@ -9,6 +9,7 @@ computed over the games played in it, as the paper does for its text-only compar
 
 from __future__ import annotations
 
+import html
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -23,6 +24,7 @@ from parley.environments.clem.scoring import (
 from parley.observability.transcript_html import write_html
 from parley.records import EpisodeRecord
 from parley.runtime.report import fmt, markdown_table, mean
+from parley.runtime.reports.escape import md
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
     Interval,
@@ -177,7 +179,7 @@ def table1(records: list[EpisodeRecord]) -> str:
         ranked.append((score.clemscore, label, variant, stats, score))
     for _, label, variant, _, _ in sorted(ranked, key=lambda x: (-x[0], x[1], x[2])):
         by_game = rows[(label, variant)]
-        row = [label, variant, *_macro_cells(by_game)]
+        row = [md(label), md(variant), *_macro_cells(by_game)]
 
         def game_cells(game: str, by_game: dict[str, list[EpisodeRecord]] = by_game) -> list[str]:
             rs = by_game.get(game)
@@ -217,16 +219,16 @@ def experiments_table(records: list[EpisodeRecord]) -> str:
         sources = sorted({str(settings_source(r)) for r in rs})
         rows.append(
             [
-                TITLES.get(game, game),
-                exp,
-                variant,
-                label,
+                md(TITLES.get(game, game)),
+                md(exp),
+                md(variant),
+                md(label),
                 str(s.episodes),
                 _played_cell(rs),
                 _quality_cell(rs),
                 cell(success, 2, 100.0),
                 str(errors),
-                ", ".join(sources),
+                md(", ".join(sources)),
             ]
         )
     return markdown_table(header, rows)
@@ -283,10 +285,10 @@ def mapworld_table(records: list[EpisodeRecord]) -> str:
         bounded = sum(1 for r in played if r.scores.get("ged_bounded"))
         rows.append(
             [
-                TITLES[game],
-                exp,
-                variant,
-                label,
+                md(TITLES[game]),
+                md(exp),
+                md(variant),
+                md(label),
                 cell(wilson(len(played), len(rs)), 2, 100.0),
                 cell(wilson(sum(r.outcome == "success" for r in rs), len(rs)), 2, 100.0),
                 m("main"),
@@ -329,8 +331,9 @@ def mapworld_extra(record: EpisodeRecord, messages: list[dict[str, Any]], html_d
     )
     rooms = ", ".join(f"({r['pos'][0]},{r['pos'][1]}) {r['category']}" for r in layout["rooms"])
     return (
-        f"<figure><img src='{image.name}' width='330'><figcaption>{caption}</figcaption></figure>"
-        f"<p><small>Rooms (x, y; north is up): {rooms}</small></p>"
+        f"<figure><img src='{html.escape(image.name)}' width='330'>"
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        f"<p><small>Rooms (x, y; north is up): {html.escape(rooms)}</small></p>"
     )
 
 

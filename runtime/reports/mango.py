@@ -18,7 +18,7 @@ from typing import Any
 from parley.environments.mango.scoring import answered
 from parley.records import EpisodeRecord, parse_message
 from parley.runtime.report import markdown_table
-from parley.runtime.reports.escape import plot_label
+from parley.runtime.reports.escape import md, plot_label
 from parley.runtime.reports.intervals import INTERVALS_NOTE, mean_cell, rate_cell
 
 TYPES = ("df", "rf")
@@ -135,7 +135,7 @@ def overall_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]]) 
                 if not sel:
                     continue
                 cells = [
-                    player,
+                    md(player),
                     kind.upper(),
                     label,
                     str(len(sel)),
@@ -185,7 +185,7 @@ def game_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]]) -> 
         for p in sorted(per_player):
             if game not in success[p]:
                 continue
-            row = [game, p]
+            row = [md(game), md(p)]
             for kind, label in keys:
                 key = f"{kind}-{label}"
                 row += [
@@ -200,10 +200,10 @@ def pairwise_table(per_player: dict[str, dict[tuple[str, str], dict[str, Any]]],
     """The paper's Table 1: row A, column B holds "A | B" on the questions both answered;
     easy below the diagonal, hard above."""
     players = sorted(per_player)
-    header = ["", *players, "HARD"]
+    header = ["", *(md(p) for p in players), "HARD"]
     body = []
     for i, a in enumerate(players):
-        row = [a]
+        row = [md(a)]
         for j, b in enumerate(players):
             if i == j:
                 row.append("*")
@@ -282,7 +282,7 @@ def report(records: list[EpisodeRecord], run_dir: Path) -> str:
         for r in failed:
             reasons[r.reason or "?"] += 1
         parts += [f"**{len(failed)} episode(s) failed:**", ""]
-        parts += [f"- {n}× {reason}" for reason, n in sorted(reasons.items())] + [""]
+        parts += [f"- {n}× {md(reason)}" for reason, n in sorted(reasons.items())] + [""]
     rows = question_rows(mango, Path(run_dir))
     if not rows:
         parts.append("No scored questions.")

@@ -24,6 +24,7 @@ from parley.environments.playground.ratings import (
     weight,
 )
 from parley.records import EpisodeRecord
+from parley.runtime.reports.escape import md
 from parley.runtime.reports.intervals import (
     INTERVALS_NOTE,
     cell,
@@ -119,6 +120,15 @@ def _random_row(label: str) -> str:
     return "random" + (" [text]" if label.endswith("[text]") else "")
 
 
+def _label_cell(label: str) -> str:
+    """A row's label as a table cell: the players' names escaped (they come from the config),
+    parley's own `` [text]`` mark as it is."""
+    mark = " [text]"
+    if label.endswith(mark):
+        return md(label[: -len(mark)]) + mark
+    return md(label)
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -159,7 +169,7 @@ def report(records: list[EpisodeRecord], run_dir: Path) -> str:
                 if not label.startswith("random") and floor is not None and value < floor:
                     mark = " ↓"
                 cells.append(mean_cell(values[task][label][game], digits) + mark)
-            body.append([label, *cells])
+            body.append([_label_cell(label), *cells])
         parts += [f"### {title}", "", _table(header, body), ""]
     # The star-weighted aggregate per task (E2E on the normalised main score).
     labels = sorted({label for task in data for label in data[task]}, key=lambda s: s)
@@ -175,7 +185,7 @@ def report(records: list[EpisodeRecord], run_dir: Path) -> str:
                 [per_game[g] for g in games], [weight(g, task) for g in games]
             )
             cells.append(cell(interval, 3))
-        body.append([label, *cells])
+        body.append([_label_cell(label), *cells])
     parts += [
         "### Star-weighted aggregate per task",
         "",

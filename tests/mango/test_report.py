@@ -54,12 +54,14 @@ def test_report_tables_and_plot(tmp_path: Path) -> None:
     assert cell.split(" [")[0] == f"{sum(values) / len(values):.2f}"
     oracle = mean_cell([1.0] * len(both))
     assert oracle == "1.00 [1.00, 1.00]"  # every answer right: no spread
-    assert f"| random [cutoff=70] | {cell} \\| {oracle} (n={len(both)})" in table
+    # Names are escaped in the tables (a bracket could open a link); rendered, they read as
+    # they are: random [cutoff=70].
+    assert f"| random \\[cutoff=70\\] | {cell} \\| {oracle} (n={len(both)})" in table
     report = build_report(tmp_path / "run")
     assert "## MANGO (seed 002)" in report and "Pairwise comparison, RF" in report
     ones = "1.00 [1.00, 1.00]"
     assert (
-        f"| oracle [cutoff=70] | DF | all | 30 | {rate_cell(30, 30)} | {ones} | {ones} | {ones} "
+        f"| oracle \\[cutoff=70\\] | DF | all | 30 | {rate_cell(30, 30)} | {ones} | {ones} | {ones} "
         f"| {ones} |" in report
     )
     with Image.open(tmp_path / "run" / PLOT) as image:

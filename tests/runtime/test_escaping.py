@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from parley.agents.backends.simserver import SimServerProcess
+from parley.runtime.config import load_config
 from parley.runtime.report import build_report
 from parley.runtime.reports.escape import csv_cell, md, plot_label
+from parley.runtime.scheduler import run_experiment
 from tests.records import record
 
 EVIL = "evil|<script>alert(1)</script>*x*"
@@ -43,20 +48,29 @@ def test_md_escapes_markup() -> None:
     assert md("a\\b") == "a\\\\b"
 
 
-def test_report_tables_keep_columns_and_hold_no_script(tmp_path: Path) -> None:
-    write_run(tmp_path, EVIL)
-    report = build_report(tmp_path)
+def assert_tables_hold(report: str) -> int:
+    """Every Markdown table of ``report`` keeps its columns in every row, and the report holds
+    no tag and no link built from a name: the number of tables."""
     assert "<script>" not in report
     assert not re.search(r"(?<!\\)\]\(javascript:", report)  # no link, only its text
     lines = report.splitlines()
+    tables = 0
     for i, line in enumerate(lines):
         if line.startswith("|---"):
+            tables += 1
             columns = lines[i - 1].count("|") - lines[i - 1].count("\\|")
             j = i + 1
             while j < len(lines) and lines[j].startswith("|"):
                 row = lines[j]
                 assert row.count("|") - row.count("\\|") == columns, row
                 j += 1
+    return tables
+
+
+def test_report_tables_keep_columns_and_hold_no_script(tmp_path: Path) -> None:
+    write_run(tmp_path, EVIL)
+    report = build_report(tmp_path)
+    assert assert_tables_hold(report) > 0
     assert "evil\\|" in report
 
 
@@ -114,3 +128,54 @@ def test_plot_draws_a_mathtext_model_name_as_text(tmp_path: Path) -> None:
     path = tmp_path / "learning_curve.png"
     _plot({r"$\nosuchcommand$": [[0.5, 0.7], [0.6]]}, path)
     assert path.stat().st_size > 0
+
+
+# A model's registry name as hostile as a config can make it: columns, tags, code spans,
+# emphasis, a link, a line break and a spreadsheet formula.
+HOSTILE = "a|b<script>x()</script>`tick` *em* [l](javascript:alert(1))\n=cmd"
+
+
+@pytest.fixture(scope="module")
+def replies() -> Iterator[SimServerProcess]:
+    """A model server that answers every request with a reply no game accepts, a tag in it."""
+    with SimServerProcess({"replies": {"text": "OK <script>y()</script>"}}) as server:
+        yield server
+
+
+def test_a_hostile_model_name_through_a_real_clem_and_mango_run(
+    replies: SimServerProcess, tmp_path: Path
+) -> None:
+    entry = {"backend": "openai", "model": "m", "base_url": replies.openai_url}
+    mango = {"synthetic_games": 1, "questions_per_episode": 2}
+    config = load_config(
+        {
+            "name": "hostile",
+            "tracing": {"enabled": False},
+            "models": {HOSTILE: entry},
+            "games": [
+                {"game": "mango.df", "seeds": [0], "settings": mango,
+                 "pairings": [{"navigator": HOSTILE}]},
+                {"game": "clem.reference", "seeds": [0],
+                 "pairings": [{"describer": HOSTILE, "guesser": HOSTILE}]},
+            ],
+        }
+    )  # fmt: skip
+    run = tmp_path / "run"
+    asyncio.run(run_experiment(config, run))
+    report = build_report(run)
+    escaped = md(HOSTILE)
+    assert "\n" not in escaped and "\\`tick\\`" in escaped
+    # The clem tables (table 1, experiments) and MANGO's (overall, per game, pairwise).
+    clem = report.split("## clem")[1].split("\n## ")[0]
+    assert clem.count(f"| {escaped} |") == 2
+    section = report.split("## MANGO")[1].split("\n## ")[0]
+    assert section.count(f"| {escaped} |") >= 4
+    assert assert_tables_hold(report) >= 7
+    assert not re.search(r"(?<!\\)`", report.replace("`html/index.html`", ""))
+    # clem's HTML transcripts: the name and the replies are text, on the index and the page.
+    pages = {page.name: page.read_text(encoding="utf-8") for page in (run / "html").glob("*")}
+    assert len(pages) == 2 and "index.html" in pages
+    for text in pages.values():
+        assert "<script>" not in text and "&lt;script&gt;x()&lt;/script&gt;" in text
+    (episode,) = (text for name, text in pages.items() if name != "index.html")
+    assert "OK &lt;script&gt;y()&lt;/script&gt;" in episode
