@@ -245,6 +245,8 @@ class Control(Envelope):
     kind: Literal["control"] = "control"
     command: Literal["pause", "resume", "abort"]
     reason: str = ""
+    # The run key's signature (parley.bus.signing): a run's processes obey only signed controls.
+    signature: str | None = None
 
 
 class EndpointStatus(BaseModel):
@@ -299,6 +301,10 @@ class RunStatus(Envelope):
     # The run's public key (base64 Ed25519, parley.bus.signing): results signed by the run's
     # own processes verify against it (``main`` only).
     run_key: str | None = None
+    # Messages this process refused as not the run's own (parley.bus.signing.Gate), by kind.
+    refused: dict[str, int] = Field(default_factory=dict)
+    # The run key's signature: workers and dashboards drop a status that lacks a valid one.
+    signature: str | None = None
 
     @property
     def finished(self) -> int:
@@ -324,6 +330,8 @@ class Job(Envelope):
     version: str = ""
     plugins: dict[str, str] = Field(default_factory=dict)
     lease_s: float = 30.0
+    # The run key's signature: a worker plays only jobs signed with the key it trusts for the run.
+    signature: str | None = None
 
 
 class JobResult(Envelope):

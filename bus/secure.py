@@ -123,7 +123,9 @@ POLICY: dict[str, tuple[tuple[str, str], ...]] = {
         ("write", "parley/+/+/state/private"),
         ("write", "parley/+/+/private/+"),
         ("write", "parley/+/results"),
-        ("readwrite", "parley/+/status/+"),  # read: a coordinator's final status ends its run here
+        # Read only: a coordinator's final status ends its run here, and a worker's credential
+        # must not be able to claim one (only the coordinator publishes a run's status).
+        ("read", "parley/+/status/+"),
     ),
     # A spectator: the public topics only, nothing private, nothing written.
     "dashboard": (

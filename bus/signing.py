@@ -1,4 +1,4 @@
-"""Signatures on results: how an observer tells a run's own results from forged ones.
+"""Signatures on a run's messages: how a receiver tells the run's own from forged ones.
 
 Anyone who may publish on a run's results topic could claim an episode's outcome: on the
 anonymous broker ``parley broker`` starts, that is anyone on the host. A broker's ACLs keep
@@ -12,6 +12,15 @@ public half travels in the run's ``main`` :class:`~parley.bus.messages.RunStatus
 :class:`~parley.bus.messages.JobResult` from remote workers) carry a ``signature`` over their
 canonical bytes (:func:`canonical`); an observer that knows the run's public key checks it
 with :func:`verify` and drops what does not verify.
+
+The control plane is signed the same way: every :class:`~parley.bus.messages.RunStatus`, every
+:class:`~parley.bus.messages.Control` (pause, resume, abort) and every
+:class:`~parley.bus.messages.Job` the run's processes publish carries a ``signature`` too. A
+receiver that knows the run's key acts only on what verifies, and counts the rest
+(:class:`Gate`): a forged "run finished" status, pause or abort changes nothing. A Control is
+also refused when it is older than the latest one its receiver obeyed for the same target, or
+older than :data:`CONTROL_MAX_AGE_S`: a recorded genuine pause cannot be replayed after the
+resume that followed it (``sent_at`` is signed, so it cannot be moved).
 
 What is signed is the message as JSON with sorted keys, without its ``signature`` and without
 what a bus may rewrite on the way (``traceparent``, set by a traced bus after the message was
@@ -34,7 +43,9 @@ import binascii
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -48,9 +59,13 @@ from pydantic import BaseModel
 # Fields left out of what is signed: the signature itself, and what a bus may set or rewrite
 # after the sender signed (a traced bus adds the publish span's traceparent).
 UNSIGNED_FIELDS = frozenset({"signature", "traceparent"})
-SIGNED_KINDS = frozenset({"episode_finished", "job_result"})
+SIGNED_KINDS = frozenset({"episode_finished", "job_result", "run_status", "control", "job"})
+# A signed Control older than this (by its ``sent_at``, on the receiver's clock) is a replay: the
+# run's machines' clocks must agree to within it.
+CONTROL_MAX_AGE_S = 300.0
 KEY_FILE = "run.key"  # the private key, PEM (PKCS#8), mode 0600
 PUBLIC_FILE = "run.pub"  # the public key, raw base64: what observers read
+log = logging.getLogger("parley.bus.signing")
 
 
 class SigningError(ValueError):
@@ -251,3 +266,74 @@ def _images_match(images: dict[str, str]) -> bool:
         if hashlib.sha256(raw).hexdigest() != sha:
             return False
     return True
+
+
+class Gate:
+    """What one receiver lets through of a run's signed messages, and how much it refused.
+
+    ``public_b64`` is the run's public key from a source the receiver trusts (its own run key,
+    the run folder's ``run.pub``, the first job of the run on a broker where only the
+    coordinator may publish jobs); with None the run signs nothing and everything passes.
+    ``refused`` counts what failed, by message kind; ``what`` names the receiver in the one
+    log line its first refusal (and every hundredth) writes.
+
+    Example::
+
+        gate = Gate(key.public_b64, "worker w1")
+        if gate.control(message, target=episode or "run"):
+            scheduler.obey(message, episode)
+    """
+
+    __slots__ = ("_latest", "public_b64", "refused", "what")
+
+    def __init__(self, public_b64: str | None, what: str = "") -> None:
+        self.public_b64 = public_b64
+        self.what = what
+        self.refused: dict[str, int] = {}
+        self._latest: dict[str, float] = {}  # target -> sent_at of the latest Control obeyed
+
+    def check(self, message: BaseModel, run: str | None = None) -> bool:
+        """Whether ``message`` is the run's own (signed with its key, of ``run`` when given);
+        counts it when not."""
+        if run is not None and getattr(message, "run", None) != run:
+            return self._refuse(message, "it is of another run")
+        if self.public_b64 is None:
+            return True
+        if not verify(message, self.public_b64):
+            return self._refuse(message, "the run's key does not sign it")
+        return True
+
+    def control(self, message: BaseModel, target: str, run: str | None = None) -> bool:
+        """Whether to obey the Control ``message`` for ``target`` (``run``, or an episode): signed,
+        fresh, and newer than the latest one obeyed for ``target``."""
+        if not self.check(message, run):
+            return False
+        if self.public_b64 is None:
+            return True
+        sent_at = float(getattr(message, "sent_at", 0.0))
+        if sent_at < time.time() - CONTROL_MAX_AGE_S:
+            return self._refuse(message, "it is older than a control may be (a replay)")
+        if sent_at < self._latest.get(target, float("-inf")):
+            return self._refuse(message, "a later control was obeyed already (a replay)")
+        self._latest[target] = sent_at
+        return True
+
+    @property
+    def total(self) -> int:
+        return sum(self.refused.values())
+
+    def _refuse(self, message: BaseModel, why: str) -> bool:
+        kind = str(getattr(message, "kind", type(message).__name__))
+        self.refused[kind] = self.refused.get(kind, 0) + 1
+        total = self.total
+        if total == 1 or total % 100 == 0:  # a flood must not flood the log
+            log.warning(
+                "%s: refused a %s from %r for run %s: %s (%d refused so far)",
+                self.what or "parley",
+                kind,
+                getattr(message, "sender", ""),
+                getattr(message, "run", ""),
+                why,
+                total,
+            )
+        return False

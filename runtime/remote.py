@@ -27,6 +27,11 @@ and a broker restarted without its database forgets everything queued. Instead e
   and dropped. So a worker that was merely slow, or a result that arrives after a restart, does
   no harm: at worst an episode is played twice and recorded once.
 
+Jobs and the coordinator's controls are signed with the run's key (parley.bus.signing), as the
+results are; a worker plays only jobs signed with the key it trusts for the run, and the
+coordinator obeys only a pause or resume that the key signs (a dashboard that can read the
+run's folder signs its own). What it refuses is counted (``refused``, in ``run.json``).
+
 A worker that refuses a job (another parley version, a game plugin it lacks or has at another
 version) says why in a ``JobResult`` with ``refused``; the job goes out again, and when every
 worker seen refuses, the run ends with that reason instead of waiting forever. With no worker
@@ -56,6 +61,7 @@ from opentelemetry import trace
 from parley.bus import topics
 from parley.bus.base import Bus, Subscription
 from parley.bus.messages import Control, Job, JobResult, Outcome, WorkerHeartbeat
+from parley.bus.signing import Gate
 from parley.observability import tracing as tracing_module
 from parley.records import record_of
 from parley.runtime.episode import EpisodeOptions
@@ -237,6 +243,8 @@ class RemoteScheduler:
         self._last_worker = self._started  # the last time a worker that plays was seen
         self._warned_at: float | None = None
         self.signer: Any = None
+        # Controls from elsewhere (a dashboard) that the run's key does not sign are refused.
+        self.gate = Gate(None, f"run {self.run_id}")
 
     # -- control ------------------------------------------------------------------------------
 
@@ -264,7 +272,16 @@ class RemoteScheduler:
         return True
 
     def _send(self, topic: str, command: str, reason: str = "") -> None:
-        message = Control(run=self.run_id, sender="main", command=command, reason=reason)  # type: ignore[arg-type]
+        episode = topics.parse(topic).episode or ""
+        message = Control(
+            run=self.run_id,
+            episode=episode,
+            sender="main",
+            command=command,  # type: ignore[arg-type]
+            reason=reason,
+        )
+        if self.signer is not None:
+            message.signature = self.signer.sign(message)
         task = asyncio.get_running_loop().create_task(self._publish(topic, message))
         self._sending.add(task)
         task.add_done_callback(self._sending.discard)
@@ -287,6 +304,11 @@ class RemoteScheduler:
     def counts(self) -> dict[str, int]:
         return {**self.book.counts, **self._counts}
 
+    @property
+    def refused(self) -> dict[str, int]:
+        """Controls refused as not the run's own (forged or replayed), by kind."""
+        return self.gate.refused
+
     def summary(self) -> dict[str, Any]:
         """What ``run.json`` keeps of this run's distribution (``remote``)."""
         return {
@@ -307,6 +329,7 @@ class RemoteScheduler:
         self.signer = getattr(self.options, "signer", None)
         if self.signer is not None:
             self.setup = {**self.setup, "run_key": self.signer.private_b64()}
+            self.gate.public_b64 = self.signer.public_b64
         self.setup = {
             **self.setup,
             "urls": getattr(pool, "urls", {}),
@@ -344,7 +367,11 @@ class RemoteScheduler:
         here no new job goes out while paused."""
         async for delivery in sub:
             message = delivery.message
-            if isinstance(message, Control) and message.command in ("pause", "resume"):
+            if not isinstance(message, Control):
+                continue
+            if message.command in ("pause", "resume") and self.gate.control(
+                message, "run", self.run_id
+            ):
                 self.paused = message.command == "pause"
 
     def _outage(self) -> float:
@@ -411,6 +438,8 @@ class RemoteScheduler:
             plugins=self.plugins,
             lease_s=self.lease_s,
         )
+        if self.signer is not None:
+            job.signature = self.signer.sign(job)
         await self.bus.publish(topics.jobs(self.run_id), job)
 
     def _keep_task(self, work: Any) -> None:

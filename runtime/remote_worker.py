@@ -27,6 +27,13 @@ finishes the episodes it is playing and publishes their results, then says goodb
 heartbeat) and exits. A second signal cancels the episodes still playing (a cancelled episode is never sent
 as a result: the coordinator issues it again). When a run's coordinator ends (its final run
 status), the worker drops that run's jobs the same way.
+
+Which messages count (parley.bus.signing): the first job of a run that reaches the worker names
+the run's key (the ``run_key`` of its setup, which the job must be signed with); from then on the
+worker plays only jobs of that run signed with that key, and obeys only statuses and controls
+signed with it. What fails is not played or obeyed, and is counted (:attr:`RemoteWorker.forged`,
+in the worker's log). On the secure broker only the coordinator may publish jobs and statuses,
+so that first job is the coordinator's (docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -54,6 +61,7 @@ from parley.bus import topics
 from parley.bus.base import Bus, BusClosed
 from parley.bus.codec import PayloadTooLarge
 from parley.bus.messages import Job, JobResult, RunStatus, WorkerHeartbeat
+from parley.bus.signing import Gate, RunKey, SigningError
 from parley.event_loop import responsive_gc
 from parley.observability import tracing as tracing_module
 from parley.observability.metrics import episode_summary
@@ -98,8 +106,6 @@ class RunPlayer:
         self.options.models = self.pool
         if setup.get("run_key"):
             # The run's key: this worker's results (and EpisodeFinished) are the run's own.
-            from parley.bus.signing import RunKey
-
             self.options.signer = RunKey.from_b64(setup["run_key"])
         self.queue: asyncio.Queue[EpisodeSpec | None] = asyncio.Queue()
         self.held: dict[str, int] = {}  # episode -> the attempt this worker has
@@ -122,6 +128,9 @@ class RunPlayer:
             source=self.queue,
             gate=worker.gate,
         )
+        # The run's controls are checked by the worker's gate for the run: its counts and the
+        # latest control obeyed outlive this player.
+        self.scheduler.control_gate = worker.gates[self.run]
         self.task = asyncio.create_task(self._play(), name=f"run:{self.run}")
 
     async def _play(self) -> None:
@@ -261,6 +270,10 @@ class RemoteWorker:
         self.draining = False
         self.played = 0
         self.refused = 0
+        # Per run: the key its first job named, which its later jobs, statuses and controls
+        # must be signed with, and what failed (parley.bus.signing.Gate).
+        self.gates: dict[str, Gate] = {}
+        self._unkeyed = Gate("", f"worker {self.worker_id}")  # first jobs that failed their key
         self._closing: list[asyncio.Task[None]] = []
         self._stop = asyncio.Event()
 
@@ -311,10 +324,39 @@ class RemoteWorker:
             player.scheduler.stop()
         self._stop.set()
 
+    @property
+    def forged(self) -> dict[str, int]:
+        """Jobs, statuses and controls refused as not their run's own, by kind."""
+        total = dict(self._unkeyed.refused)
+        for gate in self.gates.values():
+            for kind, n in gate.refused.items():
+                total[kind] = total.get(kind, 0) + n
+        return total
+
+    def _trusted(self, job: Job) -> bool:
+        """Whether ``job`` is signed with its run's key: the key the run's first job here named
+        (and was signed with). A forged job is counted, not answered."""
+        gate = self.gates.get(job.run)
+        if gate is not None:
+            return gate.check(job, job.run)
+        key: str | None = None
+        if job.setup.get("run_key"):
+            try:
+                key = RunKey.from_b64(str(job.setup["run_key"])).public_b64
+            except SigningError:
+                key = ""  # no signature verifies with it: the job is refused
+        if not Gate(key).check(job):
+            # Not signed with the key it names: counted, and the run's next job may name it.
+            return self._unkeyed.check(job)
+        self.gates[job.run] = Gate(key, f"worker {self.worker_id}")
+        return True
+
     async def _take(self, jobs: Any) -> None:
         async for delivery in jobs:
             job = delivery.message
             if not isinstance(job, Job) or self.draining:
+                continue
+            if not self._trusted(job):
                 continue
             try:
                 await self._accept(job)
@@ -379,6 +421,7 @@ class RemoteWorker:
                     status = delivery.message
                     if (
                         isinstance(status, RunStatus)
+                        and self.gates[player.run].check(status, player.run)
                         and status.final
                         and status.sent_at >= player.job_sent_at
                         and self.runs.get(player.run) is player
@@ -563,7 +606,13 @@ async def run_worker(
     log.warning("worker %s: connecting to %s", worker.worker_id, masked_url(url))
     async with responsive_gc(), the_bus:
         await worker.serve()
-    log.warning("worker %s: played %d episodes; goodbye", worker.worker_id, worker.played)
+    forged = worker.forged
+    log.warning(
+        "worker %s: played %d episodes; refused %s as not their run's own; goodbye",
+        worker.worker_id,
+        worker.played,
+        ", ".join(f"{n} {kind}" for kind, n in sorted(forged.items())) or "nothing",
+    )
     return 0
 
 

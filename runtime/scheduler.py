@@ -18,6 +18,7 @@ import parley.bus as bus_module
 from parley.bus import topics
 from parley.bus.base import Bus, Subscription
 from parley.bus.messages import Control
+from parley.bus.signing import Gate
 from parley.environments import registry
 from parley.event_loop import LoopLagProbe, responsive_gc
 from parley.memory.across import EpisodeStore, InProcessEpisodeStore, SQLiteEpisodeStore
@@ -231,6 +232,13 @@ class Scheduler:
         self._running: set[EpisodeRunner] = set()
         # What went wrong outside any episode (a memory store that failed).
         self.errors: list[str] = []
+        # Controls from the bus are obeyed only when the run's key signs them (with a key).
+        self.control_gate = Gate(None)
+
+    @property
+    def refused(self) -> dict[str, int]:
+        """Controls refused as not the run's own (parley.bus.signing.Gate), by kind."""
+        return self.control_gate.refused
 
     def stop(self) -> None:
         self.stopping = True
@@ -337,6 +345,9 @@ class Scheduler:
         if (not self.specs and self.source is None) or self.bus.closed:
             return None
         run = self.options.run
+        # A run with a key (every run parley starts) obeys only controls signed with it.
+        self.control_gate.public_b64 = getattr(self.options.signer, "public_b64", None)
+        self.control_gate.what = self.control_gate.what or f"run {run}"
         subs = [
             self.bus.subscribe(topics.control(run), maxsize=100),
             self.bus.subscribe(topics.all_episode_control(run), maxsize=100),
@@ -347,7 +358,8 @@ class Scheduler:
                 message = delivery.message
                 if isinstance(message, Control):
                     episode = topics.parse(delivery.topic).episode
-                    self.obey(message, episode)
+                    if self.control_gate.control(message, episode or "run", run):
+                        self.obey(message, episode)
 
         async def listen() -> None:
             try:
@@ -815,17 +827,36 @@ def _outcome(
         loop_lag, errors, takeovers = scheduler.loop_lag, scheduler.errors, scheduler.takeovers
     else:
         loop_lag, errors = [lag], list(scheduler.errors)
+    # Messages refused as not the run's own (forged or replayed controls), by kind.
+    refused = dict(getattr(scheduler, "refused", None) or {})
     if isinstance(scheduler, RemoteScheduler):
         # Jobs issued again, duplicates dropped, refusals, the workers seen (docs/distributed.md).
-        folder.note(workers="remote", loop_lag=loop_lag, errors=errors, remote=scheduler.summary())
+        folder.note(
+            workers="remote",
+            loop_lag=loop_lag,
+            errors=errors,
+            remote=scheduler.summary(),
+            refused=refused,
+        )
     elif isinstance(scheduler, WorkerScheduler):
         # The same lease book as a remote run's: issued, re-issued, duplicates, given up.
         leases = scheduler.summary()
         folder.note(
-            workers=processes, loop_lag=loop_lag, errors=errors, takeovers=takeovers, leases=leases
+            workers=processes,
+            loop_lag=loop_lag,
+            errors=errors,
+            takeovers=takeovers,
+            leases=leases,
+            refused=refused,
         )
     else:
-        folder.note(workers=processes, loop_lag=loop_lag, errors=errors, takeovers=takeovers)
+        folder.note(
+            workers=processes,
+            loop_lag=loop_lag,
+            errors=errors,
+            takeovers=takeovers,
+            refused=refused,
+        )
     return RunOutcome(
         folder,
         folder.run_id,

@@ -13,7 +13,10 @@ endpoint figures to the parent in a small frame each second (runtime/workers.py)
 carries the endpoints of every worker, even on the local bus where each worker's bus is its own.
 
 The ``main`` status carries the run's public key (``run_key``, parley.bus.signing): an observer
-checks the run's results against it, and drops forged ones.
+checks the run's results against it, and drops forged ones. Every status is signed with the
+run's key when the process has it (``signature``), so a worker or dashboard that knows the key
+ignores a forged one (a "run finished" that would end the run's work there), and it carries
+``refused``: the messages this process refused as not the run's own, by kind.
 
 The terminal's progress display (``parley run``) shows the same object: :func:`status_line`.
 """
@@ -254,7 +257,11 @@ class StatusPublisher:
             final=final,
             pairings={k: dict(v) for k, v in getattr(p, "pairings", {}).items()},
             run_key=self._run_key(),
+            refused=dict(getattr(self.scheduler, "refused", None) or {}),
         )
+        signer = self._signer()
+        if signer is not None:
+            status.signature = signer.sign(status)
         self.latest = status
         return status
 
@@ -263,9 +270,12 @@ class StatusPublisher:
         if self.process != "main":
             return None
         if self.run_key is None:
-            signer = getattr(getattr(self.scheduler, "options", None), "signer", None)
-            self.run_key = getattr(signer, "public_b64", None)
+            self.run_key = getattr(self._signer(), "public_b64", None)
         return self.run_key
+
+    def _signer(self) -> Any:
+        """The run's key this process signs with (``options.signer``), or None."""
+        return getattr(getattr(self.scheduler, "options", None), "signer", None)
 
     def _eta(self, now: float, finished: int, planned: int) -> float | None:
         """Seconds left at the recent episode rate (the whole run's while the window has

@@ -31,7 +31,9 @@ process taking over a dead worker's episodes does not wait.
 Pause, resume and abort reach a worker two ways: from the parent's
 :meth:`WorkerScheduler.pause` (and friends) as frames, and as ``Control`` messages on the bus,
 to which every worker's scheduler subscribes (over MQTT a dashboard's control reaches each
-worker directly; on the local bus, which a worker has to itself, only the frames do).
+worker directly; on the local bus, which a worker has to itself, only the frames do). A
+``Control`` from the bus is obeyed only when the run's key signs it; a worker counts the ones it
+refuses in its figures (``refused``), and the parent adds them up for ``run.json``.
 
 The jobs a worker holds are leased, by the rules a distributed run's jobs follow
 (runtime/leases.py): a worker that dies before it is done, or whose heartbeats stop for longer
@@ -363,6 +365,7 @@ class WorkerScheduler:
         # flight), and the endpoint counts of the processes that slot lost.
         self._figures: dict[int, dict[str, Any]] = {}
         self._lost: list[list[dict[str, Any]]] = []
+        self._refused_lost: dict[str, int] = {}
         self._begun: set[str] = set()
         self._generations: dict[int, int] = {}
         # The opening: worker slots not yet ready, the links of those that are (told ``G``
@@ -745,10 +748,22 @@ class WorkerScheduler:
         reported, with the counts of worker processes that died."""
         return [*(f.get("endpoints", []) for f in self._figures.values()), *self._lost]
 
+    @property
+    def refused(self) -> dict[str, int]:
+        """What the workers refused as not the run's own (forged or replayed controls), by kind,
+        as they last reported (with the counts of worker processes that died)."""
+        total = dict(self._refused_lost)
+        for figures in self._figures.values():
+            for kind, n in (figures.get("refused") or {}).items():
+                total[kind] = total.get(kind, 0) + int(n)
+        return total
+
     def _lose_figures(self, i: int) -> None:
         """Worker ``i``'s process is gone before it was done: keep its counts, not its load."""
         figures = self._figures.pop(i, None)
         if figures:
+            for kind, n in (figures.get("refused") or {}).items():
+                self._refused_lost[kind] = self._refused_lost.get(kind, 0) + int(n)
             idle = {"limit": 0, "in_flight": 0, "latencies": []}
             self._lost.append([{**e, **idle} for e in figures.get("endpoints", [])])
 
@@ -901,7 +916,11 @@ async def play_job(
     preload(specs, pool)  # the clients made before the first episode
 
     def figures() -> dict[str, Any]:
-        return {"endpoints": pool.endpoint_status(), "turns": scheduler.turns_in_flight()}
+        return {
+            "endpoints": pool.endpoint_status(),
+            "turns": scheduler.turns_in_flight(),
+            "refused": scheduler.refused,  # controls from the bus not signed with the run's key
+        }
 
     # Its own status on its bus, and its figures to the parent (which counts the whole run).
     status = StatusPublisher(

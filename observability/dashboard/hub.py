@@ -6,7 +6,12 @@ transcript events, states) and follows run folders (:meth:`Hub.follow`: new line
 episode being viewed and for leak checks). A result from the bus counts only when it carries
 the run's signature (parley.bus.signing): the hub trusts the key in the run's folder
 (``run.pub``) when it follows one, else the key in the first ``main`` status it gets; a
-result that does not verify is dropped and counted as forged. Ingesting a message is a dictionary lookup and an
+result that does not verify is dropped and counted as forged. Statuses are checked the same
+way once the key is known (a forged "run finished" would show a playing run as over), and
+so is the first ``main`` status against the key it names; a status older than the latest of
+its process is a replay. What fails is counted by kind (``refused`` in the run view). A
+pause, resume or abort the dashboard publishes is signed with the run's key, read from its
+folder (:meth:`Hub.control_message`). Ingesting a message is a dictionary lookup and an
 append, so watching a busy run costs it little; the views (:meth:`Hub.runs_view`,
 :meth:`Hub.run_view`, :meth:`Hub.episodes_view`, :meth:`Hub.episode_view`) are built when a
 browser asks, at most a few times a second.
@@ -36,13 +41,14 @@ from typing import Any
 from scipy import stats as scipy_stats
 
 from parley.bus.messages import (
+    Control,
     EpisodeFinished,
     EpisodeStarted,
     Message,
     StateUpdate,
     TranscriptEvent,
 )
-from parley.bus.signing import read_public_key, verify
+from parley.bus.signing import RunKey, SigningError, read_public_key, verify
 from parley.observability.dashboard import episode as shown
 from parley.observability.dashboard.index import RUNNING, EpisodeIndex
 from parley.observability.leaks import episode_disclosures
@@ -172,6 +178,9 @@ class RunState:
         self.pending_since: float | None = None
         self.forged_logged = False
         self.key_conflict_logged = False
+        # Statuses dropped as not the run's own (forged, or replayed), by kind.
+        self.refused: dict[str, int] = {}
+        self.refused_logged = False
 
     def touch(self) -> None:
         self.version += 1
@@ -212,6 +221,7 @@ class RunState:
             "tokens": (main or {}).get("tokens") or {},
             "final": bool(main and main.get("final")),
             "forged": self.forged,
+            "refused": dict(self.refused),
         }
         counts = dict(self.index.outcomes)
         combined["done"] = {k: v for k, v in counts.items() if k != RUNNING}
@@ -327,6 +337,8 @@ class Hub:
             self._result(message)
         elif kind == "run_status":
             state = self.run(message.run)
+            if not self._status_ok(state, message):
+                return
             data = message.model_dump(mode="json")
             process = str(data.get("process") or message.sender)
             if process == "main":
@@ -397,6 +409,64 @@ class Hub:
             if state.pending_since is None:
                 state.pending_since = time.monotonic()
             state.pending.append(message)
+
+    def _status_ok(self, state: RunState, message: Any) -> bool:
+        """Whether a status is the run's own: signed with the trusted key (or, while none is
+        known, with the key a ``main`` status names) and not older than the latest of its
+        process. The rest is counted and dropped."""
+        process = str(message.process or message.sender)
+        key = state.key
+        if key is None and process == "main" and message.run_key:
+            key = message.run_key  # checked against the key it names (taken below if it holds)
+        if key is not None and not verify(message, key):
+            return self._refuse(state, message, "the run's key does not sign it")
+        before = state.statuses.get(process)
+        if before is not None and message.sent_at < float(before.get("sent_at") or 0.0):
+            return self._refuse(state, message, "it is older than the latest one (a replay)")
+        return True
+
+    def _refuse(self, state: RunState, message: Any, why: str) -> bool:
+        state.refused[message.kind] = state.refused.get(message.kind, 0) + 1
+        state.touch()
+        if not state.refused_logged:  # once per run: a flood must not flood the log
+            state.refused_logged = True
+            log.warning(
+                "run %s: dropped a %s from %r: %s; later ones are only counted",
+                state.run,
+                message.kind,
+                message.sender,
+                why,
+            )
+        return False
+
+    def control_message(
+        self, run: str, command: str, episode: str = "", reason: str = ""
+    ) -> Control:
+        """A :class:`Control` for ``run``, signed with the run's key from its folder; unsigned
+        for a run that signs nothing. Raises :class:`SigningError` when the run has a key
+        this dashboard cannot read (the run's processes would refuse what it sent)."""
+        message = Control(
+            run=run,
+            episode=episode,
+            sender="dashboard",
+            command=command,  # type: ignore[arg-type]
+            reason=reason,
+        )
+        state = self.runs.get(run)
+        if state is None or state.key is None:
+            return message
+        # Its folder, or the one its main status names (before its first record is written);
+        # either way the key read there must be the one the run is trusted to sign with.
+        folder = state.folder or (state.statuses.get("main") or {}).get("folder")
+        if not folder:
+            raise SigningError(
+                f"run {run} signs its controls, and this dashboard does not have its folder "
+                "(its run.key): run the dashboard where the run's folder is"
+            )
+        key = RunKey.load(folder)  # a SigningError says why it cannot be read
+        if key.public_b64 != state.key:
+            raise SigningError(f"the key in {folder} is not the one run {run} signs with")
+        return key.signed(message)
 
     def _forged(self, state: RunState, message: EpisodeFinished) -> None:
         state.forged += 1
@@ -731,6 +801,8 @@ class Hub:
                 "forged": state.forged,
                 "unverified": state.unverified,
                 "waiting": len(state.pending),
+                # Statuses dropped as not the run's own, by kind.
+                "refused": dict(state.refused),
             },
             "history": list(state.history),
         }

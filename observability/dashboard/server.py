@@ -33,7 +33,6 @@ from aiohttp import WSMsgType, web
 
 from parley.bus import topics
 from parley.bus.base import Bus, BusClosed
-from parley.bus.messages import Control
 from parley.observability.dashboard.hub import Hub
 from parley.observability.dashboard.index import RUNNING, QueryError
 from parley.observability.dashboard.seats import SeatRegistry
@@ -414,9 +413,8 @@ class Dashboard:
         if episode and (row is None or row.outcome != RUNNING):
             raise DashboardError(f"episode {episode!r} is not playing in run {run}")
         topic = topics.episode_control(run, episode) if episode else topics.control(run)
-        message = Control(
-            run=run, episode=episode, sender="dashboard", command=command, reason=reason
-        )
+        # Signed with the run's key (its folder's): the run's processes obey nothing else.
+        message = self.hub.control_message(run, command, episode, reason)
         await self.bus.publish(topic, message)
         return "bus"
 

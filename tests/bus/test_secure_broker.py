@@ -312,6 +312,28 @@ async def test_the_dashboard_cannot_forge_results(secure_broker: SecureSetup) ->
         assert (message.topic.value, message.payload) == (topics.results(RUN), b"real")
 
 
+async def test_only_the_coordinator_may_publish_a_runs_status(secure_broker: SecureSetup) -> None:
+    """The shared worker credential cannot claim a run's status (a forged "run finished" would
+    end the run on every worker); jobs and control are the coordinator's too."""
+    async with (
+        client(secure_broker, "operator") as operator,
+        client(secure_broker, "coordinator") as coordinator,
+    ):
+        await operator.subscribe("parley/#", qos=1)
+        refused = [topics.status(RUN, "main"), topics.status(RUN, "w0"), topics.jobs(RUN)]
+        refused += [topics.control(RUN), topics.episode_control(RUN, EP)]
+        for topic in refused:
+            code = await asyncio.to_thread(
+                publish_reason, secure_broker, "worker", topic, b"forged"
+            )
+            assert code == NOT_AUTHORIZED, topic
+        # The coordinator's own status goes through, and is the only thing the operator sees.
+        await coordinator.publish(topics.status(RUN, "main"), b"real", qos=1)
+        async with asyncio.timeout(15):
+            message = await anext(aiter(operator.messages))
+        assert (message.topic.value, message.payload) == (topics.status(RUN, "main"), b"real")
+
+
 async def test_the_operator_reads_everything_and_writes_nothing(
     secure_broker: SecureSetup,
 ) -> None:

@@ -1,4 +1,4 @@
-"""Signed results (parley.bus.signing): a signature survives the wire and what a bus rewrites,
+"""Signed results and control messages (parley.bus.signing): a signature survives the wire and what a bus rewrites,
 breaks on any change, and only the run's key makes one; the key lives in the run folder."""
 
 from __future__ import annotations
@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import os
 import stat
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,10 +16,21 @@ from hypothesis import strategies as st
 
 from parley.bus import topics
 from parley.bus.codec import decode, encode
-from parley.bus.messages import EpisodeFinished, ImagePart, JobResult, Outcome
+from parley.bus.messages import (
+    Control,
+    EpisodeFinished,
+    ImagePart,
+    Job,
+    JobResult,
+    Outcome,
+    RunStatus,
+)
 from parley.bus.signing import (
+    CONTROL_MAX_AGE_S,
     KEY_FILE,
     PUBLIC_FILE,
+    SIGNED_KINDS,
+    Gate,
     RunKey,
     SigningError,
     canonical,
@@ -205,3 +218,102 @@ async def test_a_signed_result_verifies_after_crossing_mosquitto(mqtt5_broker: M
         got = (await sub.get()).message
     assert isinstance(got, EpisodeFinished) and got.id == sent.id
     assert verify(got, KEY.public_b64) and not verify(got, OTHER.public_b64)
+
+
+# --- the control plane: statuses, controls and jobs ---------------------------------------------
+
+
+def status(**fields: object) -> RunStatus:
+    base: dict[str, object] = {
+        "run": "r1",
+        "sender": "main",
+        "process": "main",
+        "pid": 1,
+        "name": "n",
+        "started_at": 1.0,
+        "updated_at": 2.0,
+        "planned": 200,
+        "done": {"success": 3},
+        "final": False,
+        "run_key": KEY.public_b64,
+    }
+    return RunStatus.model_validate({**base, **fields})
+
+
+def control(**fields: object) -> Control:
+    return Control.model_validate(
+        {"run": "r1", "sender": "dashboard", "command": "pause", **fields}
+    )
+
+
+def job(**fields: object) -> Job:
+    base: dict[str, object] = {
+        "run": "r1",
+        "episode": "e1",
+        "sender": "main",
+        "spec": {"id": "e1", "game": "test.counter", "seed": 0},
+        "setup": {"config": {"name": "n", "models": {}}, "run_key": KEY.private_b64()},
+        "version": "1.0",
+    }
+    return Job.model_validate({**base, **fields})
+
+
+CONTROL_PLANE = [
+    (status, {"final": True}),
+    (status, {"run": "r2"}),
+    (status, {"sent_at": 1e12}),  # a status moved into the future cannot pass for a later one
+    (control, {"command": "abort"}),
+    (control, {"episode": "e9"}),
+    (control, {"sent_at": 1e12}),
+    (job, {"spec": {"id": "e2", "game": "test.counter", "seed": 0}}),
+    (job, {"attempt": 2}),
+    (job, {"setup": {"config": {"name": "x"}, "run_key": OTHER.private_b64()}}),
+]
+
+
+@pytest.mark.parametrize(("make", "change"), CONTROL_PLANE)
+def test_statuses_controls_and_jobs_are_signed_over_every_field(
+    make: Any, change: dict[str, object]
+) -> None:
+    signed = KEY.signed(make())
+    assert signed.kind in SIGNED_KINDS
+    signed.traceparent = "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"
+    assert verify(decode(encode(signed)), KEY.public_b64)
+    assert not verify(signed, OTHER.public_b64)
+    changed = signed.model_copy(update=change)
+    assert not verify(decode(encode(changed)), KEY.public_b64)
+
+
+def test_a_gate_counts_what_the_run_key_does_not_sign() -> None:
+    gate = Gate(KEY.public_b64, "test")
+    assert gate.check(KEY.signed(status()), "r1")
+    assert not gate.check(status(), "r1")  # unsigned
+    assert not gate.check(OTHER.signed(status(final=True)), "r1")  # another key
+    assert not gate.check(KEY.signed(status(run="r2")), "r1")  # another run's, though genuine
+    assert not gate.check(KEY.signed(job(signature=None)).model_copy(update={"attempt": 9}))
+    assert gate.refused == {"run_status": 3, "job": 1}
+    assert gate.total == 4
+
+
+def test_a_gate_without_a_key_lets_everything_through() -> None:
+    """A run that signs nothing (an older run's folder, a scheduler made without a key)."""
+    gate = Gate(None)
+    assert gate.check(status(run_key=None)) and gate.control(control(), "run")
+    assert not gate.check(status(run="r2"), "r1")  # still: only the run's own
+    assert gate.refused == {"run_status": 1}
+
+
+def test_a_replayed_control_is_refused_once_a_later_one_was_obeyed() -> None:
+    gate = Gate(KEY.public_b64)
+    now = time.time()
+    pause = KEY.signed(control(command="pause", sent_at=now - 2))
+    resume = KEY.signed(control(command="resume", sent_at=now - 1))
+    assert gate.control(pause, "run", "r1")
+    assert gate.control(resume, "run", "r1")
+    assert not gate.control(pause, "run", "r1")  # the genuine pause again, after the resume
+    # Another target keeps its own order; an old control is refused whatever its target.
+    assert gate.control(KEY.signed(control(command="abort", sent_at=now - 5)), "e1", "r1")
+    stale = KEY.signed(control(sent_at=now - CONTROL_MAX_AGE_S - 60))
+    assert not gate.control(stale, "e2", "r1")
+    assert not gate.control(control(sent_at=now), "run", "r1")  # unsigned
+    assert gate.refused == {"control": 3}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -13,6 +13,8 @@ import tests.runtime.faulty_game  # noqa: F401  (registers test.counter; workers
 from parley.bus import topics
 from parley.bus.base import Bus
 from parley.bus.messages import Control, EpisodeFinished, EpisodeStarted
+from parley.bus.signing import RunKey
+from parley.observability.dashboard.server import Dashboard
 from parley.runtime.config import load_config
 from parley.runtime.scheduler import Scheduler, run_experiment
 from parley.runtime.workers import WorkerScheduler
@@ -98,13 +100,26 @@ async def check_pause_and_resume(
     return outcome
 
 
+async def dashboard_of(bus: Bus, run_id: str) -> Dashboard:
+    """A dashboard watching ``bus`` (no web server: its ``control`` is what its buttons call),
+    once it knows the run from its status (and so its folder and key)."""
+    dashboard = Dashboard()
+    await dashboard.watch(bus)
+    async with asyncio.timeout(30):
+        while (state := dashboard.hub.runs.get(run_id)) is None or state.key is None:
+            await asyncio.sleep(0.05)
+    return dashboard
+
+
 async def test_pause_over_mqtt_starts_no_episode_until_resume(
     mqtt5_broker: MqttBroker, tmp_path: Path
 ) -> None:
+    """The dashboard's pause and resume buttons, over a broker: signed with the run's key
+    (read from its folder), they are obeyed."""
     box: dict[str, Any] = {}
     watcher = Watcher()
-    async with mqtt5_broker.bus() as dashboard:
-        watching = asyncio.create_task(watcher.watch(dashboard))
+    async with mqtt5_broker.bus() as bus:
+        watching = asyncio.create_task(watcher.watch(bus))
         await asyncio.sleep(0.2)
         run = asyncio.create_task(
             run_experiment(
@@ -114,11 +129,11 @@ async def test_pause_over_mqtt_starts_no_episode_until_resume(
                 on_start=lambda s: box.setdefault("scheduler", s),
             )
         )
+        await watcher.until(lambda: "scheduler" in box)
+        dashboard = await dashboard_of(bus, box["scheduler"].options.run)
 
-        async def send(command: str) -> None:
-            run_id = box["scheduler"].options.run
-            control = Control(run=run_id, sender="dashboard", command=command)  # type: ignore[arg-type]
-            await dashboard.publish(topics.control(run_id), control)
+        async def send(command: Literal["pause", "resume"]) -> None:
+            assert await dashboard.control(box["scheduler"].options.run, command) == "bus"
             await asyncio.sleep(0.2)
             assert box["scheduler"].paused is (command == "pause")
 
@@ -126,7 +141,9 @@ async def test_pause_over_mqtt_starts_no_episode_until_resume(
             watcher, lambda: send("pause"), lambda: send("resume"), run, 6
         )
         watching.cancel()
+        await dashboard.stop()
     assert sorted(r["outcome"] for r in outcome.records) == ["success"] * 6
+    assert box["scheduler"].refused == {}  # the dashboard's were the run's own
 
 
 async def test_pause_resume_and_abort_with_two_workers(
@@ -187,9 +204,10 @@ async def test_an_abort_published_in_process_ends_exactly_that_episode(tmp_path:
     victim = watcher.started[1]
     scheduler = box["scheduler"]
     run_id = scheduler.options.run
+    # Signed with the run's key, as a dashboard that reads the run's folder signs it.
+    abort = Control(run=run_id, episode=victim, sender="dashboard", command="abort", reason="stuck")
     await scheduler.bus.publish(
-        topics.episode_control(run_id, victim),
-        Control(run=run_id, episode=victim, sender="dashboard", command="abort", reason="stuck"),
+        topics.episode_control(run_id, victim), RunKey.load(tmp_path / "run").signed(abort)
     )
     outcome = await asyncio.wait_for(run, 60)
     box["watching"].cancel()
