@@ -104,7 +104,7 @@ def problems(path: Any) -> list[str]:
     try:
         load(path)
     except ReferenceError as exc:
-        return [f"reference {path}: {exc}"]
+        return [f"reference: {exc}"]
     return []
 
 

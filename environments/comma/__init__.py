@@ -7,6 +7,7 @@ solver (uniform over the valid actions).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from types import ModuleType
 from typing import Any
@@ -75,8 +76,13 @@ def register_puzzle(
 def _turn_limits(settings: Mapping[str, Any], roles: tuple[str, ...]) -> dict[str, int] | None:
     """The solver's turns are counted against ``max_turns``; the expert answers each but the
     last."""
+    found = None
     if settings.get("reference"):
-        n = reference.load(settings["reference"]).max_turns + 1
+        # A broken reference is reported by check_settings; the block's own limit stands here.
+        with contextlib.suppress(reference.ReferenceError):
+            found = reference.load(settings["reference"])
+    if found is not None:
+        n = found.max_turns + 1  # COMMA's extra step
     elif "max_turns" in settings:
         n = int(settings["max_turns"])
     else:
