@@ -19,7 +19,7 @@ import random
 import re
 from typing import Any, Literal
 
-from pydantic import model_validator
+from pydantic import SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from parley.environments.base import Observation, Scores, VariantSettings, View
 from parley.environments.clem import clembench, grids, images, pentomino, photos
@@ -54,6 +54,14 @@ class ReferenceSettings(VariantSettings):
     set: Literal[SETS] = "grids_letters"  # type: ignore[valid-type]
     dataset_dir: str = ""
     reference: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unused_reference(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Left out while unset, so that episodes without one keep their settings and keys.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("reference") is None:
+            data.pop("reference", None)
+        return data
 
     @model_validator(mode="after")
     def _text_sets(self) -> ReferenceSettings:

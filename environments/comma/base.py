@@ -8,7 +8,7 @@ import random
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from parley.environments.base import (
     GameMaster,
@@ -75,6 +75,15 @@ class CommaSettings(VariantSettings):
     max_mistakes: int = Field(3, ge=1)
     rules: Rules = "comma"
     reference: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_unused_reference(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Left out while unset, so that episodes without one keep the settings (and episode
+        # keys) they had before the setting existed: their runs still resume.
+        data = handler(self)
+        if isinstance(data, dict) and data.get("reference") is None:
+            data.pop("reference", None)
+        return data
 
 
 def rules_of(settings: dict[str, Any]) -> Rules:
