@@ -360,6 +360,8 @@ class SeatRegistry:
             return "a reply is text"
         if len(text) > MAX_REPLY_CHARS:
             return f"a reply holds at most {MAX_REPLY_CHARS} characters"
+        if isinstance(turn, bool) or not isinstance(turn, int):  # true == 1 and 1.0 == 1
+            return f"a reply names its turn as a whole number, not {type(turn).__name__}"
         if seat.request is None or not seat.waiting or turn != seat.request.turn:
             return "it is not your turn"
         assert seat.policy is not None

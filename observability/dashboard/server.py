@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from aiohttp import WSMsgType, web
+from aiohttp.http import HttpProcessingError
 
 from parley.bus import topics
 from parley.bus.base import Bus, BusClosed
@@ -62,6 +63,25 @@ class DashboardError(ValueError):
     """A dashboard that cannot start as asked (the message says why)."""
 
 
+class _MalformedRequests(logging.Filter):
+    """A request aiohttp cannot parse (no ``Host``, a broken header) has its 400 with the
+    reason already: logged as one line, not a traceback that any client could repeat."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.msg = f"{record.getMessage()}: {exc.code} {exc.message}".replace("\n", " ")
+            record.args = ()
+            record.exc_info = record.exc_text = None
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+# The HTTP server's own log (aiohttp's, for requests that never reach a handler).
+http_log = logging.getLogger("parley.dashboard.http")
+http_log.addFilter(_MalformedRequests())
+
+
 def _int(request: web.Request, name: str, default: int) -> int:
     value = request.query.get(name, "")
     if not value:
@@ -72,8 +92,10 @@ def _int(request: web.Request, name: str, default: int) -> int:
         raise web.HTTPBadRequest(text=f"{name} must be a whole number, got {value!r}") from None
 
 
-def episodes_query(params: dict[str, Any]) -> dict[str, Any]:
+def episodes_query(params: Any) -> dict[str, Any]:
     """The index query of a request's parameters (strings, as a URL or a WebSocket gives them)."""
+    if not isinstance(params, dict):
+        raise QueryError(f"a query is an object of filters, got {type(params).__name__}")
     try:
         return {
             "game": str(params.get("game") or ""),
@@ -84,7 +106,7 @@ def episodes_query(params: dict[str, Any]) -> dict[str, Any]:
             "offset": int(params.get("offset") or 0),
             "limit": int(params.get("limit") or 50),
         }
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: an infinite float
         raise QueryError(f"offset and limit must be whole numbers ({exc})") from None
 
 
@@ -229,7 +251,9 @@ class Dashboard:
 
     async def start(self) -> str:
         """Serve (and start the once-a-second tick); returns the URL to open."""
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(
+            self.app(), access_log=None, handle_signals=False, logger=http_log
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         try:
@@ -369,7 +393,7 @@ class Dashboard:
         run = request.match_info["run"]
         try:
             body = await request.json()
-        except (json.JSONDecodeError, ValueError):
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than json reads
             raise web.HTTPBadRequest(text="expected a JSON body") from None
         command = body.get("command") if isinstance(body, dict) else None
         episode = str(body.get("episode") or "") if isinstance(body, dict) else ""
@@ -434,7 +458,7 @@ class Dashboard:
                     continue
                 try:
                     wanted = json.loads(msg.data)
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):  # not JSON, or nested too deep to read
                     continue
                 if isinstance(wanted, dict) and wanted.get("view"):
                     view = wanted
@@ -609,7 +633,7 @@ class Dashboard:
                     continue
                 try:
                     data = json.loads(msg.data)
-                except json.JSONDecodeError:
+                except (ValueError, RecursionError):  # not JSON, or nested too deep to read
                     data = None
                 if not isinstance(data, dict) or data.get("type") != "reply":
                     await ws.send_str(json.dumps({"type": "error", "error": "expected a reply"}))
