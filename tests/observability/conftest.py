@@ -3,6 +3,7 @@ models leak, judge or answer, behind an API key; helpers to read a run's traces.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import threading
 from collections import defaultdict
@@ -38,14 +39,25 @@ def playwright_api() -> Any:
     return sync_playwright
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def browser() -> Iterator[Any]:
-    """Debian's chromium under Playwright, one per test module."""
+    """Debian's chromium under Playwright's sync API, for one test; every browser test uses
+    this one. One per test, not per module: while the sync API is open its event loop counts
+    as running in the main thread, so an async test of the same module, or ``asyncio.run``,
+    would fail there ("Cannot run the event loop while another loop is running")."""
     sync_playwright = playwright_api()
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass  # no loop running: the sync API may start its own
+    else:
+        pytest.fail("the browser fixture is Playwright's sync API: use it from a sync test")
     with sync_playwright() as p:
         launched = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 # A fake key: the sim server demands it, the models name its variable; it must never be written.
