@@ -213,7 +213,7 @@ HOSTILE_SEGMENTS = [
     "%E2%80%AE",
     quote("épisode-名前", safe=""),
 ]
-safe_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=24)
+safe_text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=24)
 header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0xFF), max_size=40).filter(
     lambda s: "\x7f" not in s
 )
@@ -489,10 +489,10 @@ async def view_socket(shown: Served, sent: list[str | bytes]) -> None:
             else:
                 text = frame.replace('"fuzz"', json.dumps(shown.run))
                 await ws.send_str(text)
-        # Still there, and still answering: the runs view comes again when asked.
+        # Still there, and still answering: the run's view comes when asked.
         await ws.send_str(json.dumps({"view": "run", "run": shown.run}))
-        frame = await receive_until(ws, lambda f: f.get("type") == "run")
-        assert frame["run"] == shown.run
+        answer = await receive_until(ws, lambda f: f.get("type") == "run")
+        assert answer["run"] == shown.run
 
 
 @settings(FUZZ, max_examples=80)
