@@ -439,6 +439,16 @@ def test_what_changes_state_takes_no_garbage_through_every_wall(
     status, answer = send(live, "POST", path, headers, body)
     answered_well(status, answer, (path, body[:200]))
     assert 400 <= status < 500, (status, answer)
+    nothing_changed(live)
+
+
+def nothing_changed(live: Served) -> None:
+    """The live run is not paused and its seat's episode still plays, nothing aborted."""
+    (run,) = live.get("api/runs")["runs"]
+    assert not run["paused"]
+    episode = live.get(f"api/runs/{live.run}/episodes/{live.seat['episode']}")
+    assert episode["outcome"] == "running"
+    assert live.get(f"api/runs/{live.run}/episodes?outcome=aborted")["total"] == 0
 
 
 # --- WebSockets -----------------------------------------------------------------------------
@@ -469,11 +479,13 @@ frames = st.lists(
 
 
 async def receive_until(ws: aiohttp.ClientWebSocketResponse, wanted: Any) -> dict[str, Any]:
-    """Frames until one ``wanted`` accepts; the socket must stay open all along."""
+    """Frames until one ``wanted`` accepts; the socket must stay open all along, and a seat
+    never says it sent a reply (garbage answered no turn)."""
     while True:
         message = await ws.receive(timeout=30)
         assert message.type == aiohttp.WSMsgType.TEXT, (message.type, message.data)
         frame = json.loads(message.data)
+        assert frame.get("type") != "sent", frame
         if wanted(frame):
             return frame
 
@@ -552,17 +564,12 @@ def test_the_seat_socket_answers_any_frame_with_an_error_and_plays_no_turn(
 def test_after_the_fuzzing_both_still_serve_and_nothing_changed(
     finished: Served, live: Served
 ) -> None:
-    """Runs after the fuzz tests above (pytest keeps a module's order)."""
+    """Runs after the fuzz tests above (pytest keeps a module's order; the control fuzzing
+    checks the live run after each example as well)."""
     for shown in (finished, live):
         shown.still_serves()
         shown.no_traceback()
-    (run,) = live.get("api/runs")["runs"]
-    assert not run["paused"]
-    seat = live.seat
-    episode = live.get(f"api/runs/{live.run}/episodes/{seat['episode']}")
-    assert episode["outcome"] == "running"
-    page = live.get(f"api/runs/{live.run}/episodes?outcome=aborted")
-    assert page["total"] == 0
+    nothing_changed(live)
     # The seat's turn was never answered: its socket still offers turn 1.
     frames_seen = asyncio.run(seat_frames(live))
     assert any(f.get("type") == "turn" and f.get("turn") == 1 for f in frames_seen), frames_seen
