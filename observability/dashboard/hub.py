@@ -7,9 +7,8 @@ episode being viewed and for leak checks). A result from the bus counts only whe
 the run's signature (parley.bus.signing): the hub trusts the key in the run's folder
 (``run.pub``) when it follows one, else the key in the first ``main`` status it gets; a
 result that does not verify is dropped and counted as forged. Statuses are checked the same
-way once the key is known (a forged "run finished" would show a playing run as over), and
-so is the first ``main`` status against the key it names; a status older than the latest of
-its process is a replay. What fails is counted by kind (``refused`` in the run view). A
+way once the key is known (a forged "run finished" would show a playing run as over); a
+status older than the latest of its process is a replay. What fails is counted by kind (``refused`` in the run view). A
 pause, resume or abort the dashboard publishes is signed with the run's key, read from its
 folder (:meth:`Hub.control_message`). Ingesting a message is a dictionary lookup and an
 append, so watching a busy run costs it little; the views (:meth:`Hub.runs_view`,
@@ -411,14 +410,11 @@ class Hub:
             state.pending.append(message)
 
     def _status_ok(self, state: RunState, message: Any) -> bool:
-        """Whether a status is the run's own: signed with the trusted key (or, while none is
-        known, with the key a ``main`` status names) and not older than the latest of its
-        process. The rest is counted and dropped."""
+        """Whether a status is the run's own: signed with the trusted key once one is known
+        (until then a ``main`` status names it, see :meth:`_status_key`), and not older than
+        the latest of its process. The rest is counted and dropped."""
         process = str(message.process or message.sender)
-        key = state.key
-        if key is None and process == "main" and message.run_key:
-            key = message.run_key  # checked against the key it names (taken below if it holds)
-        if key is not None and not verify(message, key):
+        if state.key is not None and not verify(message, state.key):
             return self._refuse(state, message, "the run's key does not sign it")
         before = state.statuses.get(process)
         if before is not None and message.sent_at < float(before.get("sent_at") or 0.0):
@@ -801,9 +797,9 @@ class Hub:
                 "forged": state.forged,
                 "unverified": state.unverified,
                 "waiting": len(state.pending),
-                # Statuses dropped as not the run's own, by kind.
-                "refused": dict(state.refused),
             },
+            # Statuses dropped as not the run's own (forged or replayed), by kind.
+            "refused": dict(state.refused),
             "history": list(state.history),
         }
 

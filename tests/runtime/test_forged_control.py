@@ -239,7 +239,7 @@ def test_the_dashboard_drops_forged_and_replayed_statuses_and_signs_its_controls
     hub.ingest(first)  # genuine, but older than the latest: a replay
     assert state.live and not state.status()["final"]
     view = hub.run_view("r1")
-    assert view is not None and view["results"]["refused"] == {"run_status": 3}
+    assert view is not None and view["refused"] == {"run_status": 3}
     hub.ingest(key.signed(status(final=True)))  # the run's own end is taken
     assert state.status()["final"] and not state.live
 
