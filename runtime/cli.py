@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import shlex
 import signal
@@ -42,8 +43,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
     """``parley run``: check, play, report, and say how it went (the exit code: EXIT_*)."""
     # The config first: a bad one is refused before the runtime (schedulers, model clients,
     # tracing) is imported, without waiting for those imports.
-    overrides = [*args.set, *([f"workers={args.workers}"] if args.workers else [])]
+    overrides = [
+        *args.set,
+        *([f"workers={args.workers}"] if args.workers else []),
+        *([f"limit={args.limit}"] if args.limit else []),
+    ]
     config = run_config(args, overrides)  # a YAML file, or games and --model
+    out = Path(args.out) if args.out else Path("runs") / config.name
+    resume = resume_command(args, out)
+    if not (args.resume or args.retry_errors or args.force_resume):
+        taken = folder_taken(config, out, resume)
+        if taken is not None:  # the same command run twice: what is there, and what to type
+            say_error(taken)
+            return EXIT_FAILED
     if config.workers != "remote" and not (args.resume or args.retry_errors):
         from parley.runtime.workers import prestart
 
@@ -56,18 +68,68 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from parley.runtime.remote_worker import worker_url
 
         args.bus = worker_url(None, args.credentials)
-    out = Path(args.out) if args.out else Path("runs") / config.name
     # A broker that is down or refuses us: one line, before the run folder is made.
     problem = event_loop.run(bus_problem(args.bus or config.bus))
     if problem is not None:
         say_error(str(problem))
         return 1
-    resume = resume_command(args, out)
     outcome = _played(config, out, args, resume)
     if isinstance(outcome, int):
         return outcome
     report = _run_report(outcome, args)
     return _say_results(outcome, report, resume)
+
+
+def folder_taken(config: ExperimentConfig, out: Path, resume: str) -> str | None:
+    """Why ``parley run`` without ``--resume`` cannot use ``out``: it already holds a run
+    (finished, unfinished, or of another config), said with the commands that go on from
+    there; None when the folder holds no run."""
+    from parley.records import FINISHED, read_records
+    from parley.runtime.config import redacted
+    from parley.runtime.results import config_differences
+    from parley.user_files import YamlFileError, read_mapping
+
+    if not (out / "run.json").is_file():
+        return None
+    again = "or --out NEW to play it again in a new folder"
+    try:
+        saved = read_mapping(out / "config.yaml")
+    except YamlFileError:
+        saved = None
+    if saved is not None and (differences := config_differences(saved, redacted(config))):
+        return (
+            f"{out} holds a run of another config ({'; '.join(differences[:2])}): "
+            f"choose another folder with --out NEW (or --force-resume to add to that run)"
+        )
+    try:
+        planned = int(json.loads((out / "run.json").read_text("utf-8")).get("planned") or 0)
+    except (OSError, ValueError, AttributeError):
+        planned = 0
+    records = read_records(out)
+    done = [r for r in records if r.outcome in FINISHED]
+    errors = sum(r.outcome == "error" for r in done)
+    count = f"{len(done)} of {planned} episodes" if planned else f"{len(done)} episodes"
+    limited = saved.get("limit") if saved is not None else None
+    if limited and limited != config.limit and planned and len(done) >= planned:
+        return (
+            f"{out} holds a finished run of this config limited to {limited} episodes a game "
+            f"({count}): `{resume}` plays the rest (the episodes it holds are kept), {again}"
+        )
+    if planned and len(done) >= planned and not errors:
+        return (
+            f"{out} already holds a finished run of this config ({count}): "
+            f"`parley report {shlex.quote(str(out))}` to see it, {again}"
+        )
+    if planned and len(done) >= planned:
+        return (
+            f"{out} already holds a finished run of this config ({count}, {errors} ended in "
+            f"error): `parley report {shlex.quote(str(out))}` to see it, "
+            f"`{resume} --retry-errors` to play the errors again, {again}"
+        )
+    return (
+        f"{out} holds an unfinished run of this config ({count} recorded): "
+        f"`{resume}` to continue it, {again}"
+    )
 
 
 def _played(
@@ -288,17 +350,27 @@ def _say_resume(what: str, command: str) -> None:
 
 def resume_command(args: argparse.Namespace, out: Path) -> str:
     """The ``parley run`` command that continues this run: the same config, ``--set``
-    overrides and flags that change what is played or where (quoted for a POSIX shell)."""
+    overrides and every flag that changes what is played, where, or how it is watched and
+    joined (a browser-seat run left without ``--dashboard`` waits for players forever); quoted
+    for a POSIX shell."""
     parts = ["parley", "run", *command_words(args), "--out", str(out), "--resume"]
     for item in args.set:
         parts += ["--set", item]
     # With --credentials the bus URL comes from that file (and may hold its password).
-    for flag in ("workers", "credentials" if args.credentials else "bus", "concurrency"):
+    valued = ("workers", "credentials" if args.credentials else "bus", "concurrency", "limit")
+    for flag in (*valued, "check_timeout", "log_every"):
         value = getattr(args, flag, None)
         if value is not None and value != "":
-            parts += [f"--{flag}", str(value)]
-    if getattr(args, "no_check", False):
-        parts.append("--no-check")
+            parts += [
+                f"--{flag.replace('_', '-')}",
+                f"{value:g}" if isinstance(value, float) else str(value),
+            ]
+    dashboard = getattr(args, "dashboard", None)
+    if dashboard is not None:  # 0: the config's port, as --dashboard alone gives
+        parts += ["--dashboard", *([str(dashboard)] if dashboard else [])]
+    for flag in ("no_check", "no_report", "quiet"):
+        if getattr(args, flag, False):
+            parts.append(f"--{flag.replace('_', '-')}")
     return shlex.join(parts)
 
 
@@ -825,12 +897,35 @@ def _cmd_sim_server(args: argparse.Namespace) -> int:
     return run_from_args(args)
 
 
+class _VersionAction(argparse.Action):
+    """``parley --version``: the installed distribution's version, looked up only when asked
+    (importlib.metadata is a costly import for every other command)."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        import parley
+
+        print(f"parley {parley.__version__}")
+        parser.exit()
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``parley`` parser. ``command``: the subcommand about to run, where known; the
     arguments of ``worker`` and ``sim-server`` come from modules that import the whole runtime
     or a web server, so only that command's parser loads them (``parley run`` starts faster)."""
     parser = argparse.ArgumentParser(
         prog="parley", description="Play many multi-agent game episodes at once."
+    )
+    parser.add_argument(
+        "--version", action=_VersionAction, help="print the installed parley's version and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -885,6 +980,13 @@ def _add_run_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "--credentials",
         metavar="FILE",
         help="connect with a credentials file from parley broker --secure (instead of --bus)",
+    )
+    run.add_argument(
+        "--limit",
+        type=_positive,
+        metavar="N",
+        help="play only the first N episodes of each game, in the run's order (a fair sample); "
+        "a later --resume with a larger N, or none, plays the rest",
     )
     run.add_argument("--out", help="run folder (default runs/<name>)")
     run.add_argument(

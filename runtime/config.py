@@ -326,6 +326,9 @@ class ExperimentConfig(Strict):
     # Seconds the pre-flight gives each model's checks (runtime/preflight.py); a model that
     # answers its list but not the tiny request in time is a warning, not a refusal.
     check_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    # Play only the first N episodes of each game, in the run's order (`parley run --limit`):
+    # a fair sample, and a resumed run with a larger limit (or none) plays the rest.
+    limit: int | None = Field(default=None, ge=1)
 
     @field_validator("name")
     @classmethod

@@ -384,7 +384,22 @@ def expand(config: ExperimentConfig) -> list[EpisodeSpec]:
         raise ConfigError(
             [("games", dup, "each episode once: two game blocks ask for the same episode")]
         )
+    if config.limit is not None:
+        specs = _first_of_each_game(specs, config.limit)
     return specs
+
+
+def _first_of_each_game(specs: list[EpisodeSpec], limit: int) -> list[EpisodeSpec]:
+    """The first ``limit`` episodes of each game in the order the whole run would play them
+    (:func:`play_order`), in ``specs``' order. A larger limit keeps every episode a smaller one
+    kept, so a run resumed with it (or with none) only adds episodes."""
+    taken: dict[str, int] = {}
+    kept: set[str] = set()
+    for spec in play_order(specs):
+        if taken.get(spec.game, 0) < limit:
+            taken[spec.game] = taken.get(spec.game, 0) + 1
+            kept.add(spec.id)
+    return [spec for spec in specs if spec.id in kept]
 
 
 def _unit(*parts: object) -> float:
