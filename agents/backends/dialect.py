@@ -114,6 +114,11 @@ def _host(url: str) -> str:
         return ""
 
 
+def hosted_api(url: str) -> bool:
+    """Whether ``url`` is a vendor's own hosted API (``api.openai.com``, ``api.anthropic.com``)."""
+    return _host(url) in _HOSTS
+
+
 def known(backend: str, url: str, setting: str | None = None) -> ServerInfo | None:
     """The dialect where no probe is needed: the config's ``dialect:``, the Anthropic backend,
     or a hosted API's own host; else None."""

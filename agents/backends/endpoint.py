@@ -27,7 +27,12 @@ if TYPE_CHECKING:
     import httpx2
 
 from parley.agents.backends.retry import _SDKS, Failure, _loaded_sdk_errors, _short
-from parley.agents.backends.transport import Backend, DirectTransport, _http_client
+from parley.agents.backends.transport import (
+    Backend,
+    DirectTransport,
+    _http_client,
+    transport_for,
+)
 
 # --- endpoints ------------------------------------------------------------------------------
 
@@ -52,7 +57,7 @@ class Endpoint:
         c = spec.concurrency
         self.limiter = AdaptiveLimiter(c.start, c.min, c.max, c.decrease)
         self.direct: DirectTransport | None = None
-        if spec.transport == "direct":
+        if transport_for(spec, url) == "direct":
             headers = backend.direct_headers(api_key, spec)
             if headers is None:
                 headers = {**self.client.default_headers, **self.client.auth_headers}

@@ -306,7 +306,7 @@ def is_reasoning_name(model: str) -> bool:
     return name.startswith(REASONING_PREFIXES)
 
 
-def _has_credentials(url: str) -> bool:
+def has_credentials(url: str) -> bool:
     """Whether ``url`` carries ``user[:password]@`` before its host."""
     rest = url.partition("://")[2]
     return "@" in rest.split("/", 1)[0]
@@ -341,9 +341,11 @@ class ModelSpec(_Strict):
     max_response_bytes: int = Field(default=MAX_RESPONSE_BYTES, ge=1024)
     stream: bool = False
     # sdk: requests through the SDK's client (``http``: its aiohttp or httpx transport);
-    # direct: the SDK's URL, headers and key over a plain aiohttp session, ~5x less CPU per
-    # request — for self-hosted servers at thousands of requests a second.
-    transport: Literal["sdk", "direct"] = "sdk"
+    # direct: the SDK's URL, headers and key over a plain aiohttp session, several times less
+    # CPU per request, for self-hosted servers at thousands of requests a second; auto: the
+    # SDK for a vendor's own hosted API, direct for every other OpenAI-compatible server
+    # (transport.transport_for).
+    transport: Literal["auto", "sdk", "direct"] = "auto"
     http: Literal["aiohttp", "httpx"] = "aiohttp"
     headers: dict[str, str] = Field(default_factory=dict)
     price: PriceSpec | None = None
@@ -438,7 +440,7 @@ class ModelSpec(_Strict):
         keyed = self.api_key_env is not None or any(
             name.lower() in ("authorization", "x-api-key") for name in self.headers
         )
-        if keyed and any(_has_credentials(url) for url in self.base_urls):
+        if keyed and any(has_credentials(url) for url in self.base_urls):
             # Both would go as the request's Authorization: the HTTP clients refuse the pair.
             raise ValueError(
                 "a base URL with user:password@ and an API key (api_key_env, or an "

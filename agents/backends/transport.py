@@ -17,12 +17,13 @@ import importlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
 import orjson
 import yarl
 
+from parley.agents.backends import dialect
 from parley.agents.backends.bodies import (
     ACCEPT_ENCODING,
     PIECE,
@@ -47,7 +48,12 @@ from parley.agents.backends.formats import (
     parse_openai,
     prepare,
 )
-from parley.agents.backends.spec import PARAM_PRESETS, GenerationParams, ModelSpec
+from parley.agents.backends.spec import (
+    PARAM_PRESETS,
+    GenerationParams,
+    ModelSpec,
+    has_credentials,
+)
 
 if TYPE_CHECKING:
     import httpx2
@@ -360,13 +366,19 @@ class OpenAIBackend(Backend):
         # An OpenAI-compatible server needs the key as a bearer token and nothing of the SDK's
         # (its User-Agent and X-Stainless-* describe the SDK): a direct run then never imports
         # the SDK, a costly import, in any process of the run.
-        return {
+        headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
             "User-Agent": _user_agent(),
             **spec.headers,
-            "Authorization": f"Bearer {api_key or self.placeholder_key}",
         }
+        # The key, where there is one; else the entry's own Authorization header, if any.
+        own = next((k for k in spec.headers if k.lower() == "authorization"), None)
+        if api_key is not None or own is None:
+            if own is not None:
+                del headers[own]
+            headers["Authorization"] = f"Bearer {api_key or self.placeholder_key}"
+        return headers
 
     def body(
         self, messages: list[PromptMessage], spec: ModelSpec, params: GenerationParams
@@ -413,13 +425,33 @@ async def _lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield bytes(buffer)
 
 
+def transport_for(spec: ModelSpec, url: str) -> Literal["sdk", "direct"]:
+    """The transport that reaches ``url`` for ``spec``: its ``transport``, where ``auto`` is
+    the SDK for a vendor's own hosted API (``api.openai.com``, and every Anthropic model) and
+    ``direct`` for any other OpenAI-compatible server (vLLM, llama.cpp, SGLang, Ollama, a
+    proxy). Example::
+
+        transport_for(ModelSpec(model="m"), "http://127.0.0.1:8000/v1")  # "direct"
+    """
+    if spec.transport != "auto":
+        return spec.transport
+    backend = BACKENDS.get(spec.backend)
+    if backend is None or backend.direct_headers(None, spec) is None:
+        return "sdk"
+    # No URL: the SDK's own default, the vendor's API. A URL's own ``user:password@`` is
+    # HTTP Basic authentication, which the SDK's HTTP client sends and a direct session not.
+    if not url or dialect.hosted_api(url) or has_credentials(url):
+        return "sdk"
+    return "direct"
+
+
 def uses_sdk(spec: ModelSpec) -> bool:
-    """Whether calling ``spec``'s model needs its SDK: all but ``transport: direct`` to an
+    """Whether calling ``spec``'s model needs its SDK: all but the direct transport to an
     OpenAI-compatible server (streams and ``https://`` included, over aiohttp)."""
     backend = BACKENDS.get(spec.backend)
-    return (
-        backend is None or spec.transport != "direct" or backend.direct_headers(None, spec) is None
-    )
+    if backend is None or backend.direct_headers(None, spec) is None:
+        return True  # its headers come from the SDK's client, on either transport
+    return any(transport_for(spec, url) == "sdk" for url in spec.base_urls or [""])
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from parley.agents.backends.simserver import SimServerProcess
 from parley.agents.backends.spec import ModelSpec
-from parley.agents.backends.transport import BACKENDS, uses_sdk
+from parley.agents.backends.transport import BACKENDS, transport_for, uses_sdk
 from tests.backends.conftest import base_sim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,9 +100,36 @@ def test_direct_headers_put_the_key_last_and_the_entrys_headers_over_the_default
     assert headers["Content-Type"] == "application/json"
     unkeyed = BACKENDS["openai"].direct_headers(None, ModelSpec(model="m", transport="direct"))
     assert unkeyed is not None and unkeyed["Authorization"] == "Bearer EMPTY"
+    # An entry's own Authorization goes only where it names no key, never beside the key.
+    own = ModelSpec(model="m", headers={"authorization": "Bearer lab-token"})
+    unkeyed = BACKENDS["openai"].direct_headers(None, own)
+    assert unkeyed is not None and unkeyed["authorization"] == "Bearer lab-token"
+    assert "Authorization" not in unkeyed
+    keyed = BACKENDS["openai"].direct_headers("sk-k", own)
+    assert keyed is not None and keyed["Authorization"] == "Bearer sk-k"
+    assert "authorization" not in keyed
 
 
 def test_only_direct_calls_to_openai_compatible_servers_go_without_the_sdk() -> None:
     assert not uses_sdk(ModelSpec(model="m", transport="direct"))
-    assert uses_sdk(ModelSpec(model="m"))
+    assert uses_sdk(ModelSpec(model="m", transport="sdk", base_url="http://127.0.0.1:8000/v1"))
     assert uses_sdk(ModelSpec(model="m", backend="anthropic", transport="direct"))
+
+
+def test_auto_sends_through_the_sdk_only_to_a_vendors_own_api() -> None:
+    local = "http://127.0.0.1:8000/v1"
+    assert transport_for(ModelSpec(model="m"), local) == "direct"
+    assert transport_for(ModelSpec(model="m"), "https://gateway.lab.example/v1") == "direct"
+    assert transport_for(ModelSpec(model="m"), "https://api.openai.com/v1") == "sdk"
+    assert transport_for(ModelSpec(model="m"), "") == "sdk"  # the SDK's own default host
+    assert transport_for(ModelSpec(model="m", backend="anthropic"), local) == "sdk"
+    assert transport_for(ModelSpec(model="m", transport="sdk"), local) == "sdk"
+    # Basic authentication in the URL is the SDK's HTTP client's to send.
+    assert transport_for(ModelSpec(model="m"), "http://u:pw@127.0.0.1:8000/v1") == "sdk"
+    assert transport_for(ModelSpec(model="m", transport="direct"), "https://api.openai.com") == (
+        "direct"
+    )
+    # A model served both ways needs the SDK for its hosted URL only.
+    both = ModelSpec(model="m", base_urls=[local, "https://api.openai.com/v1"])
+    assert uses_sdk(both) and not uses_sdk(ModelSpec(model="m", base_url=local))
+    assert uses_sdk(ModelSpec(model="m"))  # no URL: the vendor's API

@@ -167,8 +167,9 @@ def _answer(seed: int) -> int:
     return wire_to_cut(instance["colors"], instance["serial"])
 
 
+@pytest.mark.parametrize("transport", ["sdk", "direct"])
 async def test_without_a_run_pool_a_policy_brings_and_closes_its_own_clients(
-    sim: SimServerProcess,
+    sim: SimServerProcess, transport: str
 ) -> None:
     """Given the bare registry (no run-wide pool, e.g. a process that plays single episodes), a
     model player still works, and its clients close with the episode."""
@@ -178,7 +179,8 @@ async def test_without_a_run_pool_a_policy_brings_and_closes_its_own_clients(
     from parley.runtime.config import PlayerSpec
     from parley.runtime.players import make_policy
 
-    registry_entries = {"m": model(sim, "expert-m")}  # plain dicts, as read back from JSON
+    # plain dicts, as read back from JSON
+    registry_entries = {"m": model(sim, "expert-m", transport=transport)}
     policy = make_policy(
         PlayerSpec(kind="llm", model="m"),
         "expert",
@@ -199,4 +201,7 @@ async def test_without_a_run_pool_a_policy_brings_and_closes_its_own_clients(
     assert response.usage is not None and response.usage.source == "backend"
     (endpoint,) = policy.client.endpoints  # type: ignore[attr-defined]
     await policy.aclose()
-    assert endpoint.direct is None and endpoint.http.is_closed
+    if transport == "sdk":
+        assert endpoint.direct is None and endpoint.http.is_closed
+    else:
+        assert endpoint.direct is not None and endpoint.direct.session.closed
