@@ -320,6 +320,188 @@ def comma_rows_if_any() -> list[dict[str, Any]]:
     return out
 
 
+# --- the reference's own code, headless --------------------------------------------------
+
+COMMA_REF = ROOT.parent / "shared" / "data" / "reference" / "comma"
+COMMA_TURNS, COMMA_MISTAKES = 10, 3  # COMMA's random_config.json hyperparameters
+
+
+class _Widget:
+    """A headless stand-in for a Tk widget: it keeps its text and ignores layout."""
+
+    def __init__(self, *args: Any, text: str = "", **kwargs: Any) -> None:
+        self.text = text
+
+    def config(self, **kwargs: Any) -> None:
+        self.text = kwargs.get("text", self.text)
+
+    configure = config
+
+    def cget(self, key: str) -> Any:
+        return self.text if key == "text" else None
+
+    def place(self, *args: Any, **kwargs: Any) -> None: ...
+
+    def destroy(self) -> None: ...
+
+
+class _Module:
+    """The reference modules' GUI base class, headless: counts mistakes, notes the finish."""
+
+    def __init__(self, game_manager: Any) -> None:
+        self.game_manager = game_manager
+        self.canvas = None
+        self.mistakes = 0
+        self.finished = False
+
+    def log_mistake(self) -> None:
+        self.mistakes += 1
+
+    def finish_check(self) -> str:
+        self.finished = True
+        return "The puzzle is solved"
+
+
+def reference_class(module: str, name: str) -> Any:
+    """Class ``name`` of COMMA's ``modules/<module>.py``, its own code run as it is, with
+    headless stand-ins for Tk, its button and its GUI base class (nothing else replaced)."""
+    import types
+
+    fakes = {
+        "tkinter": types.SimpleNamespace(Label=_Widget, Button=_Widget, Frame=_Widget),
+        "multimodal_comms.apps.comma.modules.module": types.SimpleNamespace(Module=_Module),
+        "multimodal_comms.apps.comma.modules.util": types.SimpleNamespace(HighlightButton=_Widget),
+    }
+    for pkg in ("multimodal_comms", "multimodal_comms.apps", "multimodal_comms.apps.comma",
+                "multimodal_comms.apps.comma.modules"):  # fmt: skip
+        fakes[pkg] = types.SimpleNamespace()
+    saved = {k: sys.modules.get(k) for k in fakes}
+    sys.modules.update(fakes)  # type: ignore[arg-type]
+    try:
+        source = (COMMA_REF / "modules" / f"{module}.py").read_text(encoding="utf-8")
+        namespace: dict[str, Any] = {"__name__": f"comma_reference_{module}"}
+        exec(compile(source, str(COMMA_REF / "modules" / f"{module}.py"), "exec"), namespace)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return namespace[name]
+
+
+def reference_random(
+    module: str, name: str, repeats: int, seed: int = 0
+) -> tuple[float, float, int]:
+    """COMMA's random solver on COMMA's own puzzle code and its 100 instances of ``name`` in
+    config/puzzles_final.json, ``repeats`` plays each: PSR % mean, SE and n. One action a turn,
+    uniform over the puzzle's whole action list; three mistakes end the episode with its
+    partial score, a solved puzzle scores 100 and the turn limit scores 0 (COMMA's summariser)."""
+    import types
+
+    cls = reference_class(module, name)
+    instances = [
+        c for c in json.loads((COMMA_REF / "config" / "puzzles_final.json").read_text())
+        if name in c
+    ]  # fmt: skip
+    psr: list[float] = []
+    rng = random.Random(f"reference:{name}:{seed}")
+    for rep in range(repeats):
+        for i, config in enumerate(instances):
+            random.seed(f"reference:{name}:{seed}:{rep}:{i}")  # the module draws from `random`
+            manager = types.SimpleNamespace(
+                config=[config], cur_puzzle=0, solver=types.SimpleNamespace(step=print)
+            )
+            puzzle = cls(manager)
+            actions = list(puzzle.actions)
+            score = 0.0
+            for _ in range(COMMA_TURNS):
+                puzzle.actions[rng.choice(actions)]()
+                if puzzle.finished:
+                    score = 1.0
+                    break
+                if puzzle.mistakes >= COMMA_MISTAKES:
+                    score = float(puzzle.get_score())
+                    break
+            psr.append(100.0 * score)
+    mean = statistics.fmean(psr)
+    return mean, statistics.stdev(psr) / math.sqrt(len(psr)), len(psr)
+
+
+def reference_rows(samples: int) -> list[dict[str, Any]]:
+    """The random rows that COMMA's own code gives here (LED), beside parley's under
+    ``rules: comma``, and z of parley's against it; LED from the paper as well."""
+    from parley.environments.comma import PUZZLES
+    from parley.environments.comma.baseline import PAPER_RANDOM, random_row
+
+    if not (COMMA_REF / "modules" / "led.py").is_file():
+        return []
+    out = []
+    for module, name, puzzle in (("led", "LedPuzzle", "led"),):
+        ref_mean, ref_se, ref_n = reference_random(module, name, max(1, samples // 100))
+        ours = random_row({puzzle: PUZZLES[puzzle][1]}, samples, "comma")[puzzle]
+        paper, paper_se = PAPER_RANDOM[puzzle]
+        se = math.sqrt(ours.se**2 + ref_se**2)
+        out.append(
+            row("COMMA", f"{puzzle} random, rules: comma, vs COMMA's code", ref_mean, ours.mean,
+                ours.n, se, note=f"COMMA's code {ref_mean:.2f} ± {ref_se:.2f} (n = {ref_n})")
+        )  # fmt: skip
+        out.append(
+            row("COMMA", f"{puzzle} random, rules: comma, vs the paper", paper, ours.mean, ours.n,
+                math.sqrt(ours.se**2 + paper_se**2))
+        )  # fmt: skip
+    return out
+
+
+def mango_unparsable_rows(data_dir: Path, sample: int) -> list[dict[str, Any]]:
+    """RF success of the scripted and random navigators (``sample`` questions a maze) under
+    ``unparsable: exclude`` beside MANGO's aggregate computed from the replies' text (an answer
+    counts when it is a list with at least one step; MANGO's code is not in ../shared), and
+    under ``zero``. The paper has no model-free MANGO score, so the target is MANGO's rule."""
+    from parley.environments.mango.game import make_instance, plan
+    from parley.environments.mango.offline import play_episode
+    from parley.environments.mango.players import random_navigator, scripted_navigator
+    from parley.environments.mango.scoring import average
+
+    out = []
+    settings = {"data_dir": str(data_dir), "questions_per_episode": 0, "sample": sample}
+    for who, player in (("scripted", scripted_navigator), ("random", random_navigator)):
+        replies: list[str] = []
+
+        def recording(
+            view: View, rng: random.Random, play: Any = player, seen: list[str] = replies
+        ) -> str:
+            reply = str(play(view, rng))
+            seen.append(reply)
+            return reply
+
+        rows: list[dict[str, Any]] = []
+        for seed in range(len(plan("rf", settings))):
+            gm = play_episode(make_instance("rf", seed, settings), settings, recording)
+            rows.extend(gm.results)
+        for label in ("easy", "hard"):
+            picked = [i for i, r in enumerate(rows) if r["label"] == label]
+            kept = []
+            for i in picked:
+                try:
+                    value = json.loads(replies[i])
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(value, list) and value:
+                    kept.append(float(rows[i]["success_strict"]))
+            rule = statistics.fmean(kept)
+            sel = [rows[i] for i in picked]
+            ours = average(sel, "success_strict", "exclude") or 0.0
+            se = statistics.stdev(kept) / math.sqrt(len(kept)) if len(kept) > 1 else None
+            zero = average(sel, "success_strict", "zero") or 0.0
+            out.append(
+                row("MANGO", f"RF {label} success, {who}, unparsable: exclude vs MANGO's rule",
+                    rule, ours, len(kept), se,
+                    note=f"zero: {zero:.3f} over {len(sel)}; {len(sel) - len(kept)} left out")
+            )  # fmt: skip
+    return out
+
+
 # --- output ---------------------------------------------------------------------------------
 
 
@@ -348,12 +530,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=lvlm.PAPER_SAMPLES)
     parser.add_argument("--mango", type=Path, default=ROOT.parent / "shared" / "data" / "mango")
+    parser.add_argument("--mango-sample", type=int, default=40, help="RF questions a maze")
     args = parser.parse_args()
     started = time.perf_counter()
     rows = clembench_rows(args.samples)
     rows += comma_rows_if_any()
+    rows += reference_rows(args.samples)
     if args.mango.is_dir():
         rows += mango_rows(args.mango)
+        rows += mango_unparsable_rows(args.mango, args.mango_sample)
     else:
         print(f"(MANGO data not found at {args.mango}: its rows are left out)")
     rows += lvlm_rows(args.samples)
