@@ -196,7 +196,8 @@ def _children_cpu() -> float:
 # Each model-played workload is run by four sides, as their users would run them:
 # * ``parley``: a config that says what to play and where the model is, and ``concurrency: N``
 #   (episodes at once, the one knob a user sets to run N at once); everything else at its
-#   default: tracing on, state published, the SDK transport, one process, the report written;
+#   default: tracing on, state published, ``transport: auto`` (direct to a self-hosted server
+#   such as the stand-in), one process, the report written;
 # * ``parley-tuned``: the same with tracing and state publishing off, ``transport: direct``,
 #   ``workers: auto``, no report;
 # * ``inspect``: Inspect AI with ``max_connections=N`` and its OpenAI client's HTTP pool raised
