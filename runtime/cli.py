@@ -1082,7 +1082,13 @@ def _add_run_folder_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
         "export", help="write a run's episodes and turns as tables (parquet or JSON Lines)"
     )
     export.add_argument("run", help="run folder")
-    export.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
+    export.add_argument(
+        "--format",
+        choices=("parquet", "jsonl"),
+        default="parquet",
+        help="parquet (column types kept; needs pyarrow: pip install 'parley[parquet]') or jsonl "
+        "(JSON Lines, nothing extra); default parquet",
+    )
     export.add_argument("--out", help="folder to write into (default: RUN/export)")
     export.set_defaults(fn=_cmd_export)
 
@@ -1128,7 +1134,10 @@ def _add_run_folder_commands(sub: argparse._SubParsersAction[argparse.ArgumentPa
         help="OTLP/HTTP endpoint, e.g. http://localhost:4318",
     )
     traces_export.add_argument(
-        "--protocol", choices=("http/protobuf", "http/json"), default="http/protobuf"
+        "--protocol",
+        choices=("http/protobuf", "http/json"),
+        default="http/protobuf",
+        help="OTLP/HTTP encoding the endpoint takes (default http/protobuf)",
     )
     traces_export.add_argument(
         "--header",

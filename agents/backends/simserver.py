@@ -1123,7 +1123,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML/JSON sim config (see configs/sim.yaml)")
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
     parser.add_argument("--port", type=int, default=8000, help="0 picks a free port")
     parser.add_argument("--ttft", type=float, help="seconds to the first token")
     parser.add_argument("--tokens-per-s", type=float, help="decode speed per sequence")

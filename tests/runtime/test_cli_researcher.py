@@ -4,6 +4,7 @@ run twice saying what the folder holds and what to type."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,53 @@ def test_limit_then_the_same_command_then_resume(
     assert main(base) == 1
     said = capsys.readouterr().err
     assert "finished run" in said and "parley report" in said and "--out NEW" in said
+
+
+def _options_without_help(help_text: str) -> list[str]:
+    """The options of an ``--help`` page that carry no text of their own."""
+    missing: list[str] = []
+    entries: list[list[str]] = []
+    listing = False  # inside argparse's list of options or of positional arguments
+    for line in help_text.splitlines():
+        if line and not line.startswith(" "):
+            listing = line in ("options:", "positional arguments:")
+            entries.append([])  # a heading ends the entry before it
+        elif not listing:
+            continue
+        elif re.match(r"^  \S", line):
+            entries.append([line])
+        elif entries and line.startswith("    ") and line.strip():
+            entries[-1].append(line)
+        elif not line.strip():
+            entries.append([])
+    for entry in filter(None, entries):
+        first = re.split(r"\s{2,}", entry[0].strip(), maxsplit=1)
+        if len(first) == 1 and len(entry) == 1:
+            missing.append(first[0])
+    return missing
+
+
+def _help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit):
+        main([*argv, "--help"])
+    return capsys.readouterr().out
+
+
+def test_every_option_of_every_command_says_what_it_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    top = _help([], capsys)
+    commands = re.search(r"\{([a-z,-]+)\}", top)
+    assert commands is not None
+    pages = {name: _help([name], capsys) for name in commands.group(1).split(",")}
+    nested = re.search(r"\{([a-z,-]+)\}", pages["traces"])
+    assert nested is not None
+    for name in nested.group(1).split(","):
+        pages[f"traces {name}"] = _help(["traces", name], capsys)
+    assert "parquet" in pages["export"] and len(pages) > 10
+    missing = {
+        name: found for name, page in pages.items() if (found := _options_without_help(page))
+    }
+    assert missing == {}
+    # The check itself finds an option without text.
+    assert _options_without_help("options:\n  -h, --help  show this\n  --bare\n") == ["--bare"]
