@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import create_model
 
+from parley import spelling
 from parley.environments.base import GameMaster, PlayFn, Settings
 from parley.environments.privacy import LeakDetectors
 
@@ -231,8 +232,15 @@ def get(name: str) -> GameInfo:
     """The game ``name`` (see :func:`find`); ``KeyError`` naming the known games if none."""
     info = find(name)
     if info is None:
-        raise KeyError(f"unknown game {name!r}; {known_games_hint()}")
+        guess = did_you_mean(name)
+        raise KeyError(f"unknown game {name!r}{guess}; {known_games_hint()}")
     return info
+
+
+def did_you_mean(name: str) -> str:
+    """`` (did you mean 'comma.wire'?)`` for a mistyped game name, or empty."""
+    guess = spelling.did_you_mean(name, all_games(), most=3)
+    return f" ({guess})" if guess else ""
 
 
 def known_games_hint() -> str:

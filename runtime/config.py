@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 import yaml
@@ -23,6 +24,7 @@ from pydantic import (
 )
 
 from parley.agents.backends.spec import ModelSpec
+from parley.spelling import did_you_mean
 from parley.user_files import YamlFileError, read_mapping
 
 BUILTIN_PLAYERS = ("scripted", "random", "human")
@@ -409,10 +411,33 @@ def redacted(config: ExperimentConfig) -> dict[str, Any]:
     return data
 
 
+@functools.cache
+def _config_words() -> tuple[str, ...]:
+    """Every field name of the config's models, nested ones included: what a mistyped key is
+    matched against."""
+    words: set[str] = set()
+    todo: list[Any] = [ExperimentConfig]
+    seen: set[Any] = set()
+    while todo:
+        item = todo.pop()
+        if item in seen:
+            continue
+        seen.add(item)
+        if isinstance(item, type) and issubclass(item, BaseModel):
+            for name, info in item.model_fields.items():
+                words.add(name)
+                todo.append(info.annotation)
+        else:
+            todo.extend(get_args(item))
+    return tuple(sorted(words))
+
+
 def _describe(error: Mapping[str, Any]) -> str:
     kind = error["type"]
     if kind == "extra_forbidden":
-        return "unknown field; remove it or check its spelling"
+        key = str(error["loc"][-1]) if error["loc"] else ""
+        guess = did_you_mean(key, _config_words())
+        return "unknown field; remove it or check its spelling" + (f"; {guess}" if guess else "")
     if kind == "missing":
         return "required field is missing"
     if kind == "literal_error":
@@ -465,7 +490,11 @@ def settings_problems(
         value = values.get(key, _MISSING) if key else values
         if error["type"] == "extra_forbidden":
             known = ", ".join(fields) or "none"
-            problems.append((field, value, f"not a setting of {game}; its settings: {known}"))
+            guess = did_you_mean(key, fields)
+            guess = f"; {guess}" if guess else ""
+            problems.append(
+                (field, value, f"not a setting of {game}{guess}; its settings: {known}")
+            )
             continue
         info = fields.get(key)
         takes = ""

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
+from parley import spelling
 from parley.environments import registry
 from parley.memory.across import memory_key as across_key
 from parley.runtime.config import (
@@ -120,7 +121,9 @@ def _check_block(
     info = registry.find(block.game)
     if info is None:
         games = registry.all_games()
-        return [(f"{where}.game", block.game, f"expected one of: {', '.join(games)}")]
+        guess = spelling.did_you_mean(block.game, games, most=3)
+        expected = f"expected one of: {', '.join(games)}"
+        return [(f"{where}.game", block.game, f"{guess}; {expected}" if guess else expected)]
     problems: list[tuple[str, Any, str]] = []
     roles = set(info.roles)
     for j, pairing in enumerate(pairings):

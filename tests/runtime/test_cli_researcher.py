@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import parley
+from parley.environments import registry
 from parley.runtime.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,3 +92,25 @@ def test_every_option_of_every_command_says_what_it_does(
     assert missing == {}
     # The check itself finds an option without text.
     assert _options_without_help("options:\n  -h, --help  show this\n  --bare\n") == ["--bare"]
+
+
+def test_a_mistyped_key_setting_or_game_gets_a_guess(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def problems(block: dict[str, object]) -> str:
+        config = tmp_path / "typo.yaml"
+        config.write_text(json.dumps({"name": "typo", "games": [block]}))
+        assert main(["plan", str(config)]) != 0
+        return capsys.readouterr().err
+
+    good = {"game": "comma.wire", "seeds": {"count": 2}}
+    good["pairings"] = [{"solver": "scripted", "expert": "scripted"}]
+    assert "did you mean" not in problems({**good, "seeds": "many"})
+    seedz = {k if k != "seeds" else "seedz": v for k, v in good.items()}
+    assert "games.0.seedz" in (text := problems(seedz)) and "did you mean 'seed'" in text
+    assert "'seeds'" in text
+    assert "did you mean 'variant'?" in problems({**good, "settings": {"variantt": "text"}})
+    assert "did you mean 'comma.wire'?" in problems({**good, "game": "comma.wirez"})
+    assert "did you mean" not in problems({**good, "game": "zzzz"})
+    with pytest.raises(KeyError, match=r"did you mean 'comma\.wire'\?"):
+        registry.get("comma.wirez")

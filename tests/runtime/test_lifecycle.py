@@ -308,7 +308,8 @@ async def test_the_same_run_over_mosquitto_gives_identical_results(
                 ]
             },
             "games.0.settings.max_turn",
-            "not a setting of comma.wire; its settings: variant, max_turns, max_mistakes",
+            "not a setting of comma.wire; did you mean 'max_turns'?; its settings: variant, "
+            "max_turns, max_mistakes",
         ),
         (
             {
@@ -389,8 +390,11 @@ def test_overrides_and_the_resume_guard(tmp_path: Path, capsys: pytest.CaptureFi
     assert main([*run, "--set", "games.0.seeds.count=3"]) == 0
     assert len(_lines(out / "episodes.jsonl")) == 3
     capsys.readouterr()
-    assert main(run) == 2
-    assert "--resume" in capsys.readouterr().err
+    # Without the override the config is another one: the folder says so and what to type.
+    assert main(run) == 1
+    err = capsys.readouterr().err
+    assert "holds a run of another config" in err and "games.0.seeds" in err
+    assert "--out NEW" in err and "--force-resume" in err
 
 
 async def test_turns_stay_in_process_and_events_reach_the_broker(
