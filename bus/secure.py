@@ -107,6 +107,7 @@ POLICY: dict[str, tuple[tuple[str, str], ...]] = {
         ("write", "parley/+/+/private/+"),
         ("write", "parley/+/+/agent/+"),
         ("write", "parley/+/+/gm"),
+        ("write", "parley/+/+/gm/+"),
     ),
     # Takes jobs (through $share/parley-workers/...: checked at delivery against parley/<run>/jobs),
     # follows control, plays whole episodes (inboxes and gm) and reports what they produce.
@@ -116,6 +117,7 @@ POLICY: dict[str, tuple[tuple[str, str], ...]] = {
         ("read", "parley/+/+/control"),
         ("readwrite", "parley/+/+/agent/+"),
         ("readwrite", "parley/+/+/gm"),
+        ("read", "parley/+/+/gm/+"),
         ("write", "parley/+/jobs/done"),
         ("write", "parley/+/workers/+"),
         ("write", "parley/+/+/events"),
@@ -141,14 +143,15 @@ POLICY: dict[str, tuple[tuple[str, str], ...]] = {
 
 def seat_policy(run: str, episode: str, role: str) -> tuple[tuple[str, str], ...]:
     """A human seat: its own role's inbox and private events of one episode, that episode's
-    public events and state and the run's results; it answers the game master and nothing else."""
+    public events and state and the run's results; it answers the game master for its own role
+    (:func:`~parley.bus.topics.seat_replies`) and writes nothing else."""
     return (
         ("read", topics.agent_inbox(run, episode, role)),
         ("read", topics.private(run, episode, role)),
         ("read", topics.events(run, episode)),
         ("read", topics.state(run, episode)),
         ("read", topics.results(run)),
-        ("write", topics.gm_inbox(run, episode)),
+        ("write", topics.seat_replies(run, episode, role)),
     )
 
 

@@ -153,6 +153,23 @@ def gm_inbox(run: str, episode: str) -> str:
     return f"{ROOT}/{run}/{episode}/gm"
 
 
+def seat_replies(run: str, episode: str, role: str) -> str:
+    """Where a dashboard seat answers its role's turns: under the game master's inbox, one
+    topic a role, so that a broker's ACL lets each seat speak for its own role only."""
+    return f"{ROOT}/{run}/{episode}/gm/{role}"
+
+
+def gm_inbox_filter(run: str, episode: str) -> str:
+    """What the game master subscribes to: its inbox and every seat's replies."""
+    return f"{ROOT}/{run}/{episode}/gm/#"
+
+
+def seat_of(topic: str) -> str | None:
+    """The role whose seat replies on ``topic`` (:func:`seat_replies`), else None."""
+    head, _, role = topic.rpartition("/")
+    return role if head.endswith("/gm") else None
+
+
 def events(run: str, episode: str) -> str:
     return f"{ROOT}/{run}/{episode}/events"
 
@@ -283,6 +300,8 @@ def parse(topic: str) -> Topic:
         return Topic(run=run, episode=levels[2], channel="private", role=levels[4])
     if len(levels) == 4 and levels[3] in ("gm", "events", "state", "control"):
         return Topic(run=run, episode=levels[2], channel=levels[3])
+    if len(levels) == 5 and levels[3] == "gm":  # a seat's replies; ``role`` is its role
+        return Topic(run=run, episode=levels[2], channel="gm", role=levels[4])
     if len(levels) == 5 and levels[3] == "agent":
         return Topic(run=run, episode=levels[2], channel="agent", role=levels[4])
     raise TopicError(f"{topic!r} does not follow parley/<run>/<episode>/<channel>")

@@ -329,11 +329,11 @@ class _SeatActor(Actor):
 class _GameMasterActor(Actor):
     def __init__(self, runner: EpisodeRunner) -> None:
         self.runner = runner
-        self.inbox = topics.gm_inbox(runner.options.run, runner.spec.id)
+        self.inbox = topics.gm_inbox_filter(runner.options.run, runner.spec.id)
 
     async def handle(self, delivery: Delivery) -> None:
         if isinstance(delivery.message, TurnResponse):
-            await self.runner.on_response(delivery.message)
+            await self.runner.on_response(delivery.message, topics.seat_of(delivery.topic))
 
 
 class EpisodeRunner:
@@ -841,19 +841,24 @@ class EpisodeRunner:
         with UseSpan(self._turn_span, end_on_exit=False, record=True, set_status=True):
             await self._emit(inbox, request, local=local, retain=seat)
 
-    async def on_response(self, response: TurnResponse) -> None:
+    async def on_response(self, response: TurnResponse, seat_role: str | None = None) -> None:
+        """Apply a reply; ``seat_role``: the role whose seat topic it came on, if one did."""
         if self.done.done():
             return
-        if response.sender != response.role:
+        if response.sender != response.role or (
+            seat_role is not None and (seat_role != response.role or seat_role not in self.seats)
+        ):
             # A role's agent (agents/agent.py) and its seat (dashboard/seats.py) send its
-            # replies as that role: anything else in the game master's inbox (another seat, a
+            # replies as that role, a seat on its role's own topic (which a secure broker lets
+            # only that seat write): anything else in the game master's inbox (another seat, a
             # program on the broker) is not its player, whatever role and turn it names.
             self.result.refused_replies += 1
+            came = f" on the seat topic of {seat_role[:60]!r}" if seat_role is not None else ""
             await self._emit(
                 self._events_topic,
                 self._note(
                     f"refused a reply for {response.role[:60]!r} sent by "
-                    f"{response.sender[:60]!r}: only the role's own player answers its turns"
+                    f"{response.sender[:60]!r}{came}: only the role's own player answers its turns"
                 ),
             )
             return

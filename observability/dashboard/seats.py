@@ -283,7 +283,7 @@ class SeatRegistry:
         except (SeatClosed, asyncio.CancelledError):
             return
         try:
-            await self.bus.publish(topics.gm_inbox(seat.run, seat.episode), response)
+            await self.bus.publish(topics.seat_replies(seat.run, seat.episode, seat.role), response)
         except Exception as exc:  # the bus is gone: the page says so, the run's clock goes on
             log.warning("seat %s of %s: reply not sent: %s", seat.role, seat.episode, exc)
             self._send(seat, {"type": "error", "error": f"your reply could not be sent: {exc}"})
@@ -435,7 +435,7 @@ class SeatRegistry:
         )
         if seat.task is not None:
             seat.task.cancel()
-        await self.bus.publish(topics.gm_inbox(seat.run, seat.episode), response)
+        await self.bus.publish(topics.seat_replies(seat.run, seat.episode, seat.role), response)
 
     async def _check(self) -> None:
         while True:

@@ -252,12 +252,16 @@ async def test_a_seat_reads_its_own_inbox_and_not_another_roles(
             topics.private(RUN, EP, "solver"),
             topics.events(RUN, EP),
         ]
-    # It answers its game master (accepted: 16 is "no matching subscribers", a success), and
+    # It answers its game master on its own role's topic (accepted: 16 is "no matching
+    # subscribers", a success), never on another role's or the game master's own inbox, and
     # may not speak for the game.
     code = await asyncio.to_thread(
-        publish_reason, secure_broker, user, topics.gm_inbox(RUN, EP), b"move"
+        publish_reason, secure_broker, user, topics.seat_replies(RUN, EP, "solver"), b"move"
     )
     assert code < 128
+    for topic in (topics.seat_replies(RUN, EP, "expert"), topics.gm_inbox(RUN, EP)):
+        code = await asyncio.to_thread(publish_reason, secure_broker, user, topic, b"move")
+        assert code == NOT_AUTHORIZED, topic
     code = await asyncio.to_thread(
         publish_reason, secure_broker, user, topics.events(RUN, EP), b"forged"
     )

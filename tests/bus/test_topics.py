@@ -18,6 +18,12 @@ RUN, EP = "run-1", "ep_7"
 def test_builders_follow_the_scheme() -> None:
     assert topics.agent_inbox(RUN, EP, "solver") == "parley/run-1/ep_7/agent/solver"
     assert topics.gm_inbox(RUN, EP) == "parley/run-1/ep_7/gm"
+    seat = topics.seat_replies(RUN, EP, "solver")
+    assert seat == "parley/run-1/ep_7/gm/solver"
+    assert topics.seat_of(seat) == "solver" and topics.seat_of(topics.gm_inbox(RUN, EP)) is None
+    assert topics.parse(seat).role == "solver" and topics.parse(seat).channel == "gm"
+    gm_filter = topics.gm_inbox_filter(RUN, EP)
+    assert topics.matches(gm_filter, seat) and topics.matches(gm_filter, topics.gm_inbox(RUN, EP))
     assert topics.events(RUN, EP) == "parley/run-1/ep_7/events"
     assert topics.state(RUN, EP) == "parley/run-1/ep_7/state"
     assert topics.results(RUN) == "parley/run-1/results"
@@ -48,7 +54,7 @@ def test_parse(topic: str, expected: topics.Topic) -> None:
         "parley/r/e/unknown",
         "parley/r/e/agent",
         "parley/r/e/agent/solver/extra",
-        "parley/r/e/gm/extra",
+        "parley/r/e/gm/solver/extra",
         "parley/r/results/extra",
     ],
 )

@@ -39,7 +39,8 @@ from tests.observability.test_human_seats import (
 pytestmark = pytest.mark.anyio
 
 # Who else writes into the game master's inbox, and the wrong wire each of them names.
-FORGERS = ("intruder", "expert")
+# Who forges the solver's reply, and on which seat's topic (None: the game master's inbox).
+FORGERS = (("intruder", None), ("expert", None), ("solver", "expert"))
 
 
 @contextlib.asynccontextmanager
@@ -101,7 +102,7 @@ async def forge(broker: MqttBroker, seat: Seat, turn: int) -> None:
     notes: list[str] = []
     async with broker.bus() as bus, bus.subscribe(topics.events(seat.run, seat.episode)) as sub:
         await sub.ready()
-        for n, sender in enumerate(FORGERS, 1):
+        for n, (sender, via) in enumerate(FORGERS, 1):
             reply = TurnResponse(
                 run=seat.run,
                 episode=seat.episode,
@@ -113,7 +114,12 @@ async def forge(broker: MqttBroker, seat: Seat, turn: int) -> None:
                 model="human",
                 raw={"player": "human", "via": "browser"},
             )
-            await broker.publish_raw(topics.gm_inbox(seat.run, seat.episode), encode(reply))
+            topic = (
+                topics.gm_inbox(seat.run, seat.episode)
+                if via is None
+                else topics.seat_replies(seat.run, seat.episode, via)
+            )
+            await broker.publish_raw(topic, encode(reply))
         while len(notes) < len(FORGERS):
             message = (await asyncio.wait_for(sub.get(), 30)).message
             if isinstance(message, TranscriptEvent) and message.event == "note":
@@ -122,7 +128,7 @@ async def forge(broker: MqttBroker, seat: Seat, turn: int) -> None:
                     notes.append(text)
     assert all("'solver'" in note for note in notes), notes
     assert sorted(n.split(" sent by ")[1].split(":")[0] for n in notes) == sorted(
-        repr(s) for s in FORGERS
+        repr(s) + ("" if via is None else f" on the seat topic of {via!r}") for s, via in FORGERS
     )
 
 
@@ -140,7 +146,7 @@ async def test_replies_from_others_than_the_asked_seat_are_refused_and_counted(
     assert all(m["role"] == m["sender"] for m in replies)
     assert sum(m["role"] == "solver" for m in replies) == 2
     notes = [m for m in transcript if m["kind"] == "transcript_event" and m["event"] == "note"]
-    assert sum(n["content"][0]["text"].startswith("refused a reply") for n in notes) == 2
+    assert sum(n["content"][0]["text"].startswith("refused a reply") for n in notes) == len(FORGERS)
     report = build_report(tmp_path / "forged")
     assert "## Replies refused" in report and f"{len(FORGERS)} replies in 1 episodes" in report
     assert "## Replies refused" not in build_report(tmp_path / "clean")
