@@ -83,6 +83,10 @@ class GameInfo:
     # The most turns each role can take in one episode, from the game's own limits in its
     # settings (for ``parley plan``'s bounds); None where the game has no such limit.
     turn_limits: TurnLimitsFn | None = None
+    # What the run folder records of the reference checkout a ``reference`` setting names
+    # (its path, git commit and the sha256 of each file read), for games that read one; raises
+    # ``parley.environments.reference.ReferenceError`` for a checkout it cannot use.
+    reference_provenance: Callable[[str], dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         model = self.settings

@@ -466,11 +466,10 @@ _BLOCK_FIELDS = ("game", "seeds", "instances_file", "pairings", "repetitions", "
 
 
 def reference_provenance(config: ExperimentConfig) -> list[dict[str, Any]]:
-    """The reference checkouts the run's games read their prompts and instances from (a COMMA
-    game's or ``clem.reference``'s ``reference`` setting), each once: path, git commit and the
-    sha256 of each file read."""
-    from parley.environments.clem import clembench
-    from parley.environments.comma import reference
+    """The reference checkouts the run's games read their prompts and instances from (a game's
+    ``reference`` setting, read by its ``GameInfo.reference_provenance``), each once: path, git
+    commit and the sha256 of each file read."""
+    from parley.environments import registry
     from parley.environments.reference import ReferenceError
 
     found: dict[tuple[str, str], dict[str, Any]] = {}
@@ -478,16 +477,13 @@ def reference_provenance(config: ExperimentConfig) -> list[dict[str, Any]]:
         path = block.settings.get("reference")
         if not isinstance(path, str) or not path:
             continue
+        info = registry.find(block.game)
+        if info is None or info.reference_provenance is None:
+            continue
         try:
-            if block.game.startswith("comma."):
-                checkout: Any = reference.load(path)
-            elif block.game == "clem.reference":
-                checkout = clembench.load(path)
-            else:
-                continue
+            entry = info.reference_provenance(path)
         except ReferenceError as exc:
             raise ConfigError([(f"games.{i}.settings.reference", path, str(exc))]) from None
-        entry = checkout.provenance()
         found.setdefault((entry["family"], entry["path"]), entry)
     return list(found.values())
 

@@ -59,6 +59,7 @@ register(
         settings=reference.ReferenceSettings,
         text_settings=TEXT,
         check_settings=_reference_problems,
+        reference_provenance=lambda path: clembench.load(path).provenance(),
         shown_otherwise={
             "images": "each grid's rows and cells as phrases; the text draws the grids",
             "target": "the target's index; the text says which grid is the target",

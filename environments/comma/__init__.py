@@ -69,6 +69,7 @@ def register_puzzle(
             # One table for every puzzle: a fact's name means the same in each.
             leak_detectors=LEAK_DETECTORS,
             turn_limits=_turn_limits,
+            reference_provenance=lambda path: reference.load(path).provenance(),
         )
     )
 
