@@ -106,13 +106,17 @@ class Heartbeat:
         return max(0.0, self._lag_s, now_late)
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        # The first beat at once: a process stopped or hung before its first interval ran out
+        # would otherwise never have beaten, and a lease book takes such a holder for one still
+        # starting, never for one gone silent.
+        while not self._stop.is_set():
             lag = self.lag_s() if self._ticking is not None else 0.0
             self._lag_s = 0.0
             try:
                 self.send(lag)
             except Exception as exc:  # the transport is going away: the next beat tries again
                 log.debug("heartbeat not sent: %s", exc)
+            self._stop.wait(self.interval_s)
 
     def stop(self) -> None:
         """No more beats once this returns."""
